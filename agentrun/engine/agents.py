@@ -1,0 +1,280 @@
+"""``Agent``: the Python API of CONTRACT §2, and the registry of agents by id."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import pydantic
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from agentrun.engine import store
+from agentrun.engine.decisions import decide
+from agentrun.engine.inputs import (
+    normalize_max_steps,
+    normalize_memory,
+    normalize_messages,
+    normalize_until_idle,
+    validate_metadata,
+)
+from agentrun.engine.loop import InnerRunSuspended, Segment, _inner_outcome
+from agentrun.engine.providers import LanguageModel, get_model
+from agentrun.engine.stream import RunStream
+from agentrun.engine.tools import Tool, ToolContext
+from agentrun.errors import AgentRunError
+from agentrun.selectors import SuspendedRunsPage, list_suspended_runs
+
+_registry: dict[str, Agent] = {}
+
+
+def db(fn):
+    return sync_to_async(fn, thread_sensitive=True)
+
+
+class SubAgentArgs(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    message: str
+
+
+class SubAgentTool(Tool):
+    """``agent-<id>``: runs a sub-agent on the outer run's thread; its approvals surface on the outer call."""
+
+    def __init__(self, agent: Agent) -> None:
+        super().__init__(
+            None,
+            id=f"agent-{agent.id}",
+            description=agent.description or f"Ask the {agent.name} agent.",
+            args_model=SubAgentArgs,
+        )
+        self.agent = agent
+
+    async def execute(self, args: dict, ctx: ToolContext) -> Any:
+        run = await db(store.create_run)(
+            agent_id=self.agent.id,
+            messages=[{"role": "user", "content": args["message"]}],
+            thread_id=ctx.thread_id,
+            resource_id=ctx.resource_id,
+            metadata={},
+            options={},
+            parent_run_id=ctx.run_id,
+            parent_tool_call_id=ctx.tool_call_id,
+        )
+        result = await Segment(self.agent, run.id).run()
+        outcome = await _inner_outcome(self.agent, run.id, result)
+        if outcome.status == "suspended":
+            raise InnerRunSuspended(outcome.open_call or {})
+        if outcome.status == "error":
+            raise RuntimeError(outcome.output)
+        return outcome.result
+
+
+class Agent:
+    def __init__(
+        self,
+        id: str,  # noqa: A002 - the contract's name
+        *,
+        instructions: str = "",
+        model: str | LanguageModel | None = None,
+        tools: Iterable[Tool] = (),
+        agents: Iterable[Agent] = (),
+        name: str | None = None,
+        description: str = "",
+        suspended_run_ttl: float | None = None,
+        max_steps: int | None = None,
+        register: bool = True,
+    ) -> None:
+        self.id = id
+        self.name = name or id
+        self.description = description
+        self.instructions = instructions
+        self._model_spec = model
+        self._model: LanguageModel | None = None
+        self.sub_agents = list(agents)
+        self.tools: dict[str, Tool] = {}
+        for t in [*tools, *(SubAgentTool(a) for a in self.sub_agents)]:
+            if not isinstance(t, Tool):
+                raise TypeError(f"{t!r} is not a tool: decorate it with @tool")
+            self.tools[t.id] = t
+        self.suspended_run_ttl = suspended_run_ttl
+        self._max_steps = max_steps
+        if register:
+            register_agent(self)
+
+    @property
+    def model(self) -> LanguageModel:
+        if self._model is None:
+            self._model = get_model(self._model_spec)
+        return self._model
+
+    @property
+    def max_steps(self) -> int:
+        return self._max_steps or settings.AGENTRUN_MAX_STEPS
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "tools": [t.describe() for t in self.tools.values()],
+            "agents": [a.id for a in self.sub_agents],
+        }
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.id}>"
+
+    # --- runs -----------------------------------------------------------------------------------
+    async def stream(
+        self,
+        messages: Any,
+        *,
+        memory: dict | None = None,
+        until_idle: bool | dict | None = False,
+        require_tool_approval: bool | None = None,
+        max_steps: int | None = None,
+        metadata: dict | None = None,
+    ) -> RunStream:
+        """Start a run; chunks arrive on ``full_stream``. ``stream.run_id`` is known at once."""
+        normalized = normalize_messages(messages)
+        thread_id, resource_id = normalize_memory(memory)
+        options = {
+            "max_steps": normalize_max_steps(max_steps),
+            "require_tool_approval": bool(require_tool_approval),
+            "until_idle": normalize_until_idle(until_idle),
+        }
+        run = await db(store.create_run)(
+            agent_id=self.id,
+            messages=normalized,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            metadata=validate_metadata(metadata),
+            options={k: v for k, v in options.items() if v},
+        )
+        return self._drive(run.id)
+
+    async def stream_until_idle(self, messages: Any, *, max_idle_ms: int | None = None, **options: Any) -> RunStream:
+        """Deprecated: use ``stream(..., until_idle=True)`` (or ``{"max_idle_ms": …}``)."""
+        warnings.warn(
+            "stream_until_idle() is deprecated; use stream(..., until_idle=True)", DeprecationWarning, stacklevel=2
+        )
+        return await self.stream(
+            messages, until_idle={"max_idle_ms": max_idle_ms} if max_idle_ms else True, **options
+        )
+
+    async def generate(self, messages: Any, **options: Any) -> dict:
+        """Run until the run rests, and return ``{runId, status, text, toolCalls, finishReason, usage, suspended}``."""
+        stream = await self.stream(messages, **options)
+        await stream.collect()
+        return await generate_result(stream)
+
+    def _drive(self, run_id: str, decision: Any = None) -> RunStream:
+        stream = RunStream(run_id)
+        stream.decision = decision
+
+        async def produce(s: RunStream) -> None:
+            result = await Segment(self, run_id, sinks=[s.sink]).run()
+            s.first_turn_done(result)
+
+        return stream.start(produce)
+
+    # --- the listing contract -------------------------------------------------------------------
+    async def list_suspended_runs(
+        self,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        from_date: datetime | str | None = None,
+        to_date: datetime | str | None = None,
+        per_page: int | None = None,
+        page: int | None = None,
+    ) -> SuspendedRunsPage:
+        return await db(list_suspended_runs)(
+            agent_id=self.id,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            from_date=from_date,
+            to_date=to_date,
+            per_page=per_page,
+            page=page,
+        )
+
+    # --- decisions ------------------------------------------------------------------------------
+    async def _decide(self, kind: str, **kwargs: Any) -> RunStream:
+        outcome = await db(decide)(agent_id=self.id, kind=kind, **kwargs)
+        return self._drive(outcome.decision.run_id, decision=outcome)
+
+    async def approve_tool_call(
+        self, *, run_id: str, tool_call_id: str | None = None, args: dict | None = None,
+        reason: str | None = None, decided_by: Any = None, via: str = "python",
+    ) -> RunStream:
+        return await self._decide(
+            "approve", run_id=run_id, tool_call_id=tool_call_id, args=args, reason=reason,
+            decided_by=decided_by, via=via,
+        )
+
+    async def decline_tool_call(
+        self, *, run_id: str, tool_call_id: str | None = None, reason: str | None = None,
+        decided_by: Any = None, via: str = "python",
+    ) -> RunStream:
+        return await self._decide(
+            "decline", run_id=run_id, tool_call_id=tool_call_id, reason=reason, decided_by=decided_by, via=via
+        )
+
+    async def resume_stream(
+        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,
+        decided_by: Any = None, via: str = "python",
+    ) -> RunStream:
+        return await self._decide(
+            "resume", run_id=run_id, tool_call_id=tool_call_id, resume_data=resume_data,
+            decided_by=decided_by, via=via,
+        )
+
+
+async def generate_result(stream: RunStream) -> dict:
+    from agentrun.models import Run
+
+    run = await Run.objects.aget(pk=stream.run_id)
+    page = await db(list_suspended_runs)(agent_id=run.agent_id, thread_id=run.thread_id)
+    suspended = next((r for r in page.runs if r.run_id == run.id), None)
+    return {
+        "runId": run.id,
+        "status": run.status,
+        "text": await stream.text,
+        "toolCalls": await stream.tool_calls,
+        "finishReason": await stream.finish_reason,
+        "usage": await stream.usage,
+        "suspended": [c.to_dict() for c in suspended.tool_calls] if suspended else [],
+    }
+
+
+# --- registry -------------------------------------------------------------------------------------
+def register_agent(agent: Agent) -> Agent:
+    _registry[agent.id] = agent
+    return agent
+
+
+def get_agent(agent_id: str) -> Agent:
+    try:
+        return _registry[agent_id]
+    except KeyError:
+        raise AgentRunError("AGENT_NOT_FOUND", f"No agent {agent_id!r} is registered.") from None
+
+
+def all_agents() -> list[Agent]:
+    return sorted(_registry.values(), key=lambda a: a.id)
+
+
+def load_configured_agents() -> None:
+    """Demo agents (AGENTRUN_DEMO_AGENTS) and the dotted paths of AGENTRUN_AGENTS."""
+    if settings.AGENTRUN_DEMO_AGENTS:
+        importlib.import_module("agentrun.demo")
+    for path in settings.AGENTRUN_AGENTS:
+        module_path, _, attr = path.rpartition(":") if ":" in path else (path, "", "")
+        module = importlib.import_module(module_path)
+        if attr:
+            obj = getattr(module, attr)
+            if isinstance(obj, Agent):
+                register_agent(obj)

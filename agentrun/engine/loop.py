@@ -1,0 +1,382 @@
+"""The agent loop. One ``Segment`` drives a run from where it rests until it rests again.
+
+A run is made of segments: ``stream()`` starts the first, every approve/decline/resume starts another.
+A segment holds the run's lease (one driver at a time, across processes), applies decided tool calls,
+then calls the model and runs tools until the run completes, fails, or waits for people again.
+Chunks are numbered by the segment's ``ChunkLog`` and end with exactly one ``finish``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from agentrun.engine import store
+from agentrun.engine.providers import ModelError, ModelFinish, ModelToolCall, TextDelta, usage_dict
+from agentrun.engine.tools import Tool, ToolContext, ToolSuspended
+from agentrun.errors import AgentRunError
+from agentrun.ids import new_id
+from agentrun.models import Decision, Run
+
+if TYPE_CHECKING:
+    from agentrun.engine.agents import Agent
+
+logger = logging.getLogger("agentrun.engine")
+
+DEFAULT_DECLINE_REASON = "Tool call was not approved by the user"
+
+
+def db(fn):
+    return sync_to_async(fn, thread_sensitive=True)
+
+
+class InnerRunSuspended(Exception):  # noqa: N818 - control flow
+    """A sub-agent's run waits for a person: the outer call surfaces its open call."""
+
+    def __init__(self, open_call: dict) -> None:
+        super().__init__("inner run suspended")
+        self.open_call = open_call
+
+
+@dataclass
+class Outcome:
+    """How one tool call ended: ``ok``, ``error``, ``denied`` (with an output), or ``suspended``."""
+
+    status: str
+    output: str = ""
+    result: Any = None
+    open_call: dict | None = None
+
+
+@dataclass
+class SegmentResult:
+    finish_reason: str
+    text: str = ""  # the text of the segment's last model call
+    first_text: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+    usage: dict = field(default_factory=lambda: usage_dict(0, 0))
+
+
+class Segment:
+    def __init__(self, agent: Agent, run_id: str, sinks: list | None = None) -> None:
+        self.agent = agent
+        self.run_id = run_id
+        self.sinks = sinks or []
+        self.owner = store.new_lease_owner()
+        self.result = SegmentResult(finish_reason="stop")
+        self._model_calls = 0
+
+    # --- lease ----------------------------------------------------------------------------------
+    async def _acquire(self) -> None:
+        delay = 0.01
+        while not await db(store.acquire_lease)(self.run_id, self.owner):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(store.LEASE_TTL.total_seconds() / 3)
+            await db(store.renew_lease)(self.run_id, self.owner)
+
+    def emit(self, type_: str, payload: dict) -> dict:
+        return self.log.emit(type_, payload)
+
+    # --- the segment ----------------------------------------------------------------------------
+    async def run(self) -> SegmentResult:
+        await self._acquire()
+        heartbeat = asyncio.create_task(self._heartbeat())
+        try:
+            run = await db(store.load_run)(self.run_id)
+            self.log = store.ChunkLog(run.id, run.next_seq, self.sinks)
+            self.emit("start", {"runId": run.id, "agentId": run.agent_id, "threadId": run.thread_id})
+            try:
+                self.result.finish_reason = await self._drive(run)
+            except Exception as exc:  # a bug or a crash in a tool wrapper: record it, never swallow it
+                logger.exception("run %s failed", self.run_id)
+                error = {"code": "server_error", "message": f"{type(exc).__name__}: {exc}"}
+                await db(store.fail_run_sync)(run, error)
+                self.emit("error", {"error": error})
+                self.result.finish_reason = "error"
+            self.emit("finish", {"finishReason": self.result.finish_reason, "usage": self.result.usage})
+            await db(self.log.flush_sync)()
+        finally:
+            heartbeat.cancel()
+            await db(store.release_lease)(self.run_id, self.owner)
+        return self.result
+
+    async def _drive(self, run: Run) -> str:
+        if run.is_final:
+            return _finish_reason_for(run.status)
+        if run.status == Run.Status.QUEUED:
+            await db(store.mark_started)(run)
+        await self._apply_decisions(run)
+        if run.is_final:
+            return _finish_reason_for(run.status)
+        if await db(store.open_calls_exist)(run.id):
+            return "suspended"
+        step = await db(store.pending_tool_step)(run.id)
+        if step is not None:
+            if not await db(store.step_outputs_complete)(step.id):
+                return "suspended"
+            await db(store.complete_tool_step)(step.id)
+        return await self._model_loop(run)
+
+    # --- decided calls --------------------------------------------------------------------------
+    async def _apply_decisions(self, run: Run) -> None:
+        while call := await db(store.next_decided_call)(run.id):
+            await db(store.mark_executing)(call)
+            decision: Decision = call.decision
+            payload_call = {"id": call.tool_call_id, "name": call.tool_name}
+            args = decision.edited_args if decision.edited_args is not None else call.args
+            if decision.kind == Decision.Kind.DECLINE and not call.inner_run_id:
+                reason = decision.reason or DEFAULT_DECLINE_REASON
+                outcome = Outcome("denied", output=reason)
+            elif call.inner_run_id:
+                outcome = await self._decide_inner(call, decision)
+            else:
+                tool = self.agent.tools[call.tool_name]
+                ctx = self._context(run, call.tool_call_id)
+                if decision.kind == Decision.Kind.RESUME:
+                    ctx.resume_data = decision.resume_data
+                outcome = await self._execute(tool, args, ctx)
+            if outcome.status == "suspended":
+                opened = dict(outcome.open_call or {}, tool_call_id=call.tool_call_id, tool_name=call.tool_name,
+                              args=call.args, position=call.position)
+                await db(store.record_suspension)(
+                    run, call.step_id, self.log, opens=[opened], ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl)
+                )
+                self._emit_open(opened)
+            else:
+                await self._record(run, call.step_id, payload_call, args, outcome, decision=decision)
+
+    async def _decide_inner(self, call, decision: Decision) -> Outcome:
+        from agentrun.engine.agents import get_agent
+        from agentrun.engine.decisions import decide
+
+        inner_agent = get_agent(call.inner_agent_id)
+        try:
+            await db(decide)(
+                agent_id=inner_agent.id,
+                run_id=call.inner_run_id,
+                tool_call_id=call.inner_tool_call_id,
+                kind=decision.kind,
+                args=decision.edited_args,
+                reason=decision.reason,
+                resume_data=decision.resume_data,
+                decided_by=decision.decided_by,
+                via=decision.via,
+            )
+        except AgentRunError as exc:
+            if exc.code != "TOOL_CALL_ALREADY_DECIDED":  # already decided: a retried continuation
+                return Outcome("error", output=exc.message)
+        inner = await Segment(inner_agent, call.inner_run_id).run()
+        return await _inner_outcome(inner_agent, call.inner_run_id, inner)
+
+    # --- the model loop -------------------------------------------------------------------------
+    async def _model_loop(self, run: Run) -> str:
+        max_steps = run.options.get("max_steps") or self.agent.max_steps
+        while True:
+            if await db(store.is_cancelled)(run.id):
+                return "cancelled"
+            if run.step_count >= max_steps:
+                await db(store.complete_run)(run, self.log)
+                return "length"
+            history = await db(store.load_history)(run, self.agent.instructions)
+            started_at = timezone.now()
+            message_id = new_id("msg")
+            self.emit("step-start", {"messageId": message_id})
+            text_parts: list[str] = []
+            calls: list[ModelToolCall] = []
+            usage = usage_dict(0, 0)
+            try:
+                async for event in self.agent.model.stream(history, list(self.agent.tools.values())):
+                    if isinstance(event, TextDelta):
+                        if not text_parts:
+                            self.emit("text-start", {"id": message_id})
+                        text_parts.append(event.text)
+                        self.emit("text-delta", {"id": message_id, "text": event.text})
+                        if self.log.full:
+                            await db(self.log.flush_sync)()
+                    elif isinstance(event, ModelToolCall):
+                        calls.append(event)
+                    elif isinstance(event, ModelFinish):
+                        usage = event.usage
+            except ModelError as exc:
+                if text_parts:
+                    self.emit("text-end", {"id": message_id})
+                error = {"code": exc.code, "message": exc.message}
+                await db(store.record_model_failure)(
+                    run, self.log, code=exc.code, message=exc.message, started_at=started_at
+                )
+                self.emit("error", {"error": error})
+                self.emit("step-finish", {"finishReason": "error", "usage": usage})
+                return "error"
+            text = "".join(text_parts)
+            if text_parts:
+                self.emit("text-end", {"id": message_id})
+            self._model_calls += 1
+            self.result.usage = store.add_usage(self.result.usage, usage)
+            self.result.text = text
+            call_dicts = [{"id": c.id, "name": c.name, "args": c.args} for c in calls]
+            if self._model_calls == 1:
+                self.result.first_text = text
+                self.result.tool_calls = call_dicts
+            tool_step = await db(store.record_model_step)(
+                run, self.log, message_id=message_id, text=text, calls=call_dicts, usage=usage, started_at=started_at
+            )
+            if tool_step is None:
+                self.emit("step-finish", {"finishReason": "stop", "usage": usage})
+                await db(store.complete_run)(run, self.log)
+                return "stop"
+            opens = await self._run_tool_calls(run, tool_step.id, calls)
+            if opens:
+                await db(store.record_suspension)(
+                    run, tool_step.id, self.log, opens=opens, ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl)
+                )
+                for opened in opens:
+                    self._emit_open(opened)
+                self.emit("step-finish", {"finishReason": "suspended", "usage": usage})
+                return "suspended"
+            await db(store.complete_tool_step)(tool_step.id)
+            self.emit("step-finish", {"finishReason": "tool-calls", "usage": usage})
+
+    async def _run_tool_calls(self, run: Run, step_id: str, calls: list[ModelToolCall]) -> list[dict]:
+        """Run what can run now; return the calls that wait for people (recorded together by the caller)."""
+        opens: list[dict] = []
+        force_approval = bool(run.options.get("require_tool_approval"))
+        for position, call in enumerate(calls):
+            payload_call = {"id": call.id, "name": call.name}
+            self.emit("tool-call", {"toolCallId": call.id, "toolName": call.name, "args": call.args})
+            tool = self.agent.tools.get(call.name)
+            if tool is None:
+                outcome = Outcome("error", output=f"Unknown tool {call.name!r}")
+                await self._record(run, step_id, payload_call, call.args, outcome)
+                continue
+            try:
+                args = tool.validate_args(call.args)
+            except AgentRunError as exc:
+                outcome = Outcome("error", output=f"{exc.message}: {exc.details}" if exc.details else exc.message)
+                await self._record(run, step_id, payload_call, call.args, outcome)
+                continue
+            ctx = self._context(run, call.id)
+            if force_approval or await tool.needs_approval(ctx, args):
+                opens.append(
+                    {
+                        "tool_call_id": call.id,
+                        "tool_name": call.name,
+                        "args": args,
+                        "requires_approval": True,
+                        "resume_schema": tool.resume_schema,
+                        "position": position,
+                    }
+                )
+                continue
+            outcome = await self._execute(tool, args, ctx)
+            if outcome.status == "suspended":
+                opens.append(dict(outcome.open_call or {}, tool_call_id=call.id, tool_name=call.name, args=args,
+                                  position=position))
+            else:
+                await self._record(run, step_id, payload_call, args, outcome)
+        return opens
+
+    # --- tools ----------------------------------------------------------------------------------
+    def _context(self, run: Run, tool_call_id: str) -> ToolContext:
+        return ToolContext(
+            run_id=run.id,
+            tool_call_id=tool_call_id,
+            agent_id=run.agent_id,
+            thread_id=run.thread_id,
+            resource_id=run.resource_id,
+            metadata=dict(run.metadata or {}),
+        )
+
+    async def _execute(self, tool: Tool, args: dict, ctx: ToolContext) -> Outcome:
+        try:
+            result = await tool.execute(args, ctx)
+        except ToolSuspended as signal:
+            return Outcome(
+                "suspended",
+                open_call={
+                    "requires_approval": False,
+                    "suspend_payload": signal.payload,
+                    "resume_schema": tool.resume_schema,
+                },
+            )
+        except InnerRunSuspended as signal:
+            return Outcome("suspended", open_call=signal.open_call)
+        except Exception as exc:  # a tool's failure is a result the model sees, not a crash
+            logger.info("tool %s failed: %s", tool.id, exc)
+            return Outcome("error", output=str(exc) or type(exc).__name__)
+        return Outcome("ok", output=store.output_text(result), result=result)
+
+    async def _record(self, run: Run, step_id: str, call: dict, args: Any, outcome: Outcome,
+                      decision: Decision | None = None) -> None:
+        await db(store.record_tool_result)(run, step_id, self.log, call=call, output=outcome.output,
+                                           status=outcome.status)
+        base = {"toolCallId": call["id"], "toolName": call["name"], "args": args}
+        if outcome.status == "ok":
+            self.emit("tool-result", {**base, "result": outcome.result})
+        elif outcome.status == "denied":
+            approval = {"id": decision.id if decision else None, "approved": False, "reason": outcome.output}
+            self.emit("tool-output-denied", {**base, "approval": approval})
+        else:
+            self.emit("tool-error", {**base, "error": {"message": outcome.output}})
+
+    def _emit_open(self, opened: dict) -> None:
+        payload = {
+            "toolCallId": opened["tool_call_id"],
+            "toolName": opened["tool_name"],
+            "args": opened["args"],
+            "resumeSchema": opened.get("resume_schema"),
+        }
+        for key, name in (("inner_agent_id", "innerAgentId"), ("inner_run_id", "innerRunId"),
+                          ("inner_tool_call_id", "innerToolCallId")):
+            if opened.get(key):
+                payload[name] = opened[key]
+        if opened.get("inner_tool_name"):
+            payload["innerToolName"] = opened["inner_tool_name"]
+            payload["innerArgs"] = opened.get("inner_args")
+        if opened["requires_approval"]:
+            self.emit("tool-call-approval", payload)
+        else:
+            self.emit("tool-call-suspended", {**payload, "suspendPayload": opened.get("suspend_payload")})
+
+
+def _finish_reason_for(status: str) -> str:
+    return {
+        Run.Status.SUSPENDED: "suspended",
+        Run.Status.FAILED: "error",
+        Run.Status.CANCELLED: "cancelled",
+        Run.Status.EXPIRED: "cancelled",
+    }.get(status, "stop")
+
+
+async def _inner_outcome(inner_agent: Agent, inner_run_id: str, result: SegmentResult) -> Outcome:
+    """What a sub-agent's run means for the outer call: its answer, its failure, or its open call."""
+    from agentrun.engine.decisions import first_open_call
+
+    run = await db(store.load_run)(inner_run_id)
+    if run.status == Run.Status.COMPLETED:
+        return Outcome("ok", output=store.output_text({"text": result.text}), result={"text": result.text})
+    if run.status == Run.Status.SUSPENDED:
+        inner = await db(first_open_call)(inner_run_id)
+        return Outcome(
+            "suspended",
+            open_call={
+                "requires_approval": inner.requires_approval,
+                "suspend_payload": inner.suspend_payload,
+                "resume_schema": inner.resume_schema,
+                "inner_agent_id": inner_agent.id,
+                "inner_run_id": inner_run_id,
+                "inner_tool_call_id": inner.tool_call_id,
+                "inner_tool_name": inner.tool_name,
+                "inner_args": inner.args,
+            },
+        )
+    message = (run.last_error or {}).get("message") or f"sub-agent run ended {run.status}"
+    return Outcome("error", output=message)

@@ -1,0 +1,399 @@
+"""Every database write the agent loop makes, each one a short transaction.
+
+The loop (``engine/loop.py``) is async; these functions are sync and run through ``sync_to_async``.
+Only the holder of a run's lease calls the writers below (except the lease functions themselves),
+so chunk sequence numbers and step details have a single writer at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agentrun.engine.providers import usage_dict
+from agentrun.ids import new_id
+from agentrun.models import Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
+
+LEASE_TTL = timedelta(seconds=30)
+
+
+def add_usage(a: dict | None, b: dict | None) -> dict:
+    a = a or usage_dict(0, 0)
+    b = b or usage_dict(0, 0)
+    return usage_dict(a["promptTokens"] + b["promptTokens"], a["completionTokens"] + b["completionTokens"])
+
+
+def output_text(result: Any) -> str:
+    return result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+# --- the chunk log --------------------------------------------------------------------------------
+class ChunkLog:
+    """Numbers a run's chunks, hands each to the live sinks at once and writes them to the log in batches.
+
+    Batching: chunks are written when a state change commits (in the same transaction), when the
+    buffer is full, and at the end of the segment, so a token stream costs few round trips.
+    """
+
+    BATCH = 200
+
+    def __init__(self, run_id: str, next_seq: int, sinks: list) -> None:
+        self.run_id = run_id
+        self.next_seq = next_seq
+        self.sinks = sinks
+        self.buffer: list[RunChunk] = []
+
+    def emit(self, type_: str, payload: dict) -> dict:
+        chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": self.next_seq, "payload": payload}
+        self.buffer.append(RunChunk(run_id=self.run_id, seq=self.next_seq, type=type_, payload=payload))
+        self.next_seq += 1
+        for sink in self.sinks:
+            sink(chunk)
+        return chunk
+
+    @property
+    def full(self) -> bool:
+        return len(self.buffer) >= self.BATCH
+
+    def flush_sync(self) -> None:
+        if not self.buffer:
+            return
+        batch, self.buffer = self.buffer, []
+        with transaction.atomic():
+            RunChunk.objects.bulk_create(batch)
+            Run.objects.filter(pk=self.run_id).update(next_seq=self.next_seq)
+
+
+# --- lease ----------------------------------------------------------------------------------------
+def acquire_lease(run_id: str, owner: str) -> bool:
+    now = timezone.now()
+    taken = (
+        Run.objects.filter(pk=run_id)
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
+        .update(lease_owner=owner, lease_expires_at=now + LEASE_TTL)
+    )
+    return taken == 1
+
+
+def renew_lease(run_id: str, owner: str) -> bool:
+    return Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        lease_expires_at=timezone.now() + LEASE_TTL
+    ) == 1
+
+
+def release_lease(run_id: str, owner: str) -> None:
+    Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_owner=None, lease_expires_at=None)
+
+
+def run_exists(run_id: str) -> bool:
+    return Run.objects.filter(pk=run_id).exists()
+
+
+def load_run(run_id: str) -> Run:
+    return Run.objects.get(pk=run_id)
+
+
+# --- run life cycle -------------------------------------------------------------------------------
+def mark_started(run: Run) -> None:
+    now = timezone.now()
+    Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
+        status=Run.Status.IN_PROGRESS, started_at=now
+    )
+    run.refresh_from_db(fields=["status", "started_at"])
+
+
+def load_history(run: Run, instructions: str) -> list[dict]:
+    """Thread memory: earlier messages of the thread go back to the model.
+
+    A top-level run sees the thread's top-level conversation; a sub-agent's inner run sees only its own.
+    """
+    messages = Message.objects.filter(thread_id=run.thread_id)
+    if run.parent_run_id is None:
+        messages = messages.filter(Q(run__isnull=True) | Q(run__parent_run__isnull=True))
+    else:
+        messages = messages.filter(run_id=run.pk)
+    history = [{"role": "system", "content": instructions}] if instructions else []
+    for m in messages.order_by("created_at", "id"):
+        history.append(
+            {
+                "role": m.role,
+                "content": m.content,
+                "tool_calls": m.tool_calls,
+                "tool_call_id": m.tool_call_id,
+                "tool_name": m.tool_name,
+                "tool_status": m.tool_status,
+            }
+        )
+    return history
+
+
+def is_cancelled(run_id: str) -> bool:
+    return Run.objects.filter(pk=run_id, status=Run.Status.CANCELLED).exists()
+
+
+def record_model_step(
+    run: Run,
+    log: ChunkLog,
+    *,
+    message_id: str,
+    text: str,
+    calls: list[dict],
+    usage: dict,
+    started_at: Any,
+) -> RunStep | None:
+    """Persist one model call: its message, a ``message_creation`` step and/or a ``tool_calls`` step.
+
+    Returns the tool_calls step (in progress) when the model asked for tools.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        log.flush_sync()
+        Message.objects.create(
+            id=message_id,
+            thread_id=run.thread_id,
+            run=run,
+            role=Message.Role.ASSISTANT,
+            content=text,
+            tool_calls=calls or None,
+        )
+        if text or not calls:
+            RunStep.objects.create(
+                run=run,
+                agent_id=run.agent_id,
+                thread_id=run.thread_id,
+                type=RunStep.Type.MESSAGE_CREATION,
+                status=RunStep.Status.COMPLETED,
+                step_details={"type": "message_creation", "messageCreation": {"messageId": message_id}},
+                created_at=started_at,
+                completed_at=now,
+                usage=None if calls else usage,
+            )
+        tool_step = None
+        if calls:
+            tool_step = RunStep.objects.create(
+                run=run,
+                agent_id=run.agent_id,
+                thread_id=run.thread_id,
+                type=RunStep.Type.TOOL_CALLS,
+                status=RunStep.Status.IN_PROGRESS,
+                step_details={
+                    "type": "tool_calls",
+                    "toolCalls": [
+                        {
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {
+                                "name": c["name"],
+                                "arguments": c["args"] if isinstance(c["args"], str) else json.dumps(c["args"]),
+                                "output": None,
+                            },
+                        }
+                        for c in calls
+                    ],
+                },
+                created_at=started_at,
+                usage=usage,  # hidden while the step is in progress (CONTRACT §3.11)
+            )
+        Run.objects.filter(pk=run.pk).update(step_count=F("step_count") + 1)
+        run.usage = add_usage(run.usage, usage)
+        Run.objects.filter(pk=run.pk).update(usage=run.usage)
+    run.step_count += 1
+    return tool_step
+
+
+def record_model_failure(run: Run, log: ChunkLog, *, code: str, message: str, started_at: Any) -> None:
+    now = timezone.now()
+    error = {"code": code, "message": message}
+    with transaction.atomic():
+        log.flush_sync()
+        RunStep.objects.create(
+            run=run,
+            agent_id=run.agent_id,
+            thread_id=run.thread_id,
+            type=RunStep.Type.MESSAGE_CREATION,
+            status=RunStep.Status.FAILED,
+            step_details={"type": "message_creation", "messageCreation": {"messageId": None}},
+            last_error=error,
+            created_at=started_at,
+            failed_at=now,
+        )
+        fail_run_sync(run, error)
+
+
+def fail_run_sync(run: Run, error: dict) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL_STATUSES).update(
+            status=Run.Status.FAILED, failed_at=now, last_error=error
+        )
+        RunStep.objects.filter(run=run, status=RunStep.Status.IN_PROGRESS).update(
+            status=RunStep.Status.FAILED, failed_at=now, last_error=error
+        )
+        SuspendedToolCall.objects.filter(run=run).delete()
+        Snapshot.objects.filter(run=run).delete()
+    run.status = Run.Status.FAILED
+
+
+def complete_run(run: Run, log: ChunkLog) -> None:
+    with transaction.atomic():
+        log.flush_sync()
+        Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL_STATUSES).update(
+            status=Run.Status.COMPLETED, completed_at=timezone.now()
+        )
+        Snapshot.objects.filter(run=run).delete()
+    run.status = Run.Status.COMPLETED
+
+
+def record_tool_result(run: Run, step_id: str, log: ChunkLog, *, call: dict, output: str, status: str) -> None:
+    """Write one call's result: the step's ``output``, the tool message the model reads, and retire the call."""
+    with transaction.atomic():
+        log.flush_sync()
+        step = RunStep.objects.select_for_update().get(pk=step_id)
+        for entry in step.step_details["toolCalls"]:
+            if entry["id"] == call["id"]:
+                entry["function"]["output"] = output
+        step.save(update_fields=["step_details"])
+        Message.objects.create(
+            thread_id=run.thread_id,
+            run=run,
+            role=Message.Role.TOOL,
+            content=output,
+            tool_call_id=call["id"],
+            tool_name=call["name"],
+            tool_status=status,
+        )
+        SuspendedToolCall.objects.filter(run=run, tool_call_id=call["id"]).delete()
+
+
+def step_outputs_complete(step_id: str) -> bool:
+    step = RunStep.objects.get(pk=step_id)
+    return all(e["function"]["output"] is not None for e in step.step_details["toolCalls"])
+
+
+def complete_tool_step(step_id: str) -> None:
+    RunStep.objects.filter(pk=step_id, status=RunStep.Status.IN_PROGRESS).update(
+        status=RunStep.Status.COMPLETED, completed_at=timezone.now()
+    )
+
+
+def suspended_run_ttl(agent_ttl: float | None) -> timedelta | None:
+    ttl = agent_ttl if agent_ttl is not None else settings.AGENTRUN_SUSPENDED_RUN_TTL
+    return timedelta(seconds=ttl) if ttl else None
+
+
+def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict], ttl: timedelta | None) -> None:
+    """The run waits for people: open calls recorded together, snapshot written, status ``suspended``."""
+    now = timezone.now()
+    expires_at = now + ttl if ttl else None
+    with transaction.atomic():
+        log.flush_sync()
+        for position, call in enumerate(opens):
+            existing = SuspendedToolCall.objects.filter(run=run, tool_call_id=call["tool_call_id"]).first()
+            fields = {
+                "step_id": step_id,
+                "tool_name": call["tool_name"],
+                "args": call["args"],
+                "requires_approval": call["requires_approval"],
+                "suspend_payload": call.get("suspend_payload"),
+                "resume_schema": call.get("resume_schema"),
+                "position": call.get("position", position),
+                "status": SuspendedToolCall.Status.OPEN,
+                "decision": None,
+                "inner_agent_id": call.get("inner_agent_id"),
+                "inner_run_id": call.get("inner_run_id"),
+                "inner_tool_call_id": call.get("inner_tool_call_id"),
+            }
+            if existing is None:
+                SuspendedToolCall.objects.create(run=run, tool_call_id=call["tool_call_id"], **fields)
+            else:  # a resumed tool suspended again: a new suspension of the same call
+                for key, value in fields.items():
+                    setattr(existing, key, value)
+                existing.suspension += 1
+                existing.save()
+        Snapshot.objects.update_or_create(
+            run=run,
+            defaults={
+                "agent_id": run.agent_id,
+                "thread_id": run.thread_id,
+                "resource_id": run.resource_id,
+                "created_at": run.created_at,
+                "suspended_at": now,
+                "expires_at": expires_at,
+                "step_id": step_id,
+            },
+        )
+        Run.objects.filter(pk=run.pk).update(status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at)
+    run.status = Run.Status.SUSPENDED
+
+
+def open_calls_exist(run_id: str) -> bool:
+    return SuspendedToolCall.objects.filter(run_id=run_id, status=SuspendedToolCall.Status.OPEN).exists()
+
+
+def next_decided_call(run_id: str) -> SuspendedToolCall | None:
+    return (
+        SuspendedToolCall.objects.filter(
+            run_id=run_id,
+            status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING],
+        )
+        .select_related("decision", "step")
+        .order_by("decision__decided_at", "position")
+        .first()
+    )
+
+
+def mark_executing(call: SuspendedToolCall) -> None:
+    # A retried continuation finds the call still ``executing`` and runs it again with the same
+    # tool_call_id: the idempotency key that lets the tool apply its side effect once.
+    SuspendedToolCall.objects.filter(pk=call.pk).update(status=SuspendedToolCall.Status.EXECUTING)
+
+
+def pending_tool_step(run_id: str) -> RunStep | None:
+    return (
+        RunStep.objects.filter(run_id=run_id, type=RunStep.Type.TOOL_CALLS, status=RunStep.Status.IN_PROGRESS)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def new_lease_owner() -> str:
+    return new_id("lease")
+
+
+
+
+def create_run(
+    *,
+    agent_id: str,
+    messages: list[dict],
+    thread_id: str | None,
+    resource_id: str | None,
+    metadata: dict,
+    options: dict,
+    parent_run_id: str | None = None,
+    parent_tool_call_id: str | None = None,
+) -> Run:
+    """A queued run on its thread (a thread of its own when no memory is given), with its input."""
+    with transaction.atomic():
+        thread, _ = Thread.objects.get_or_create(
+            id=thread_id or new_id("thread"), defaults={"resource_id": resource_id}
+        )
+        run = Run.objects.create(
+            agent_id=agent_id,
+            thread=thread,
+            resource_id=resource_id,
+            parent_run_id=parent_run_id,
+            parent_tool_call_id=parent_tool_call_id,
+            metadata=metadata,
+            options=options,
+        )
+        Message.objects.bulk_create(
+            [Message(thread=thread, run=run, role=m["role"], content=m["content"]) for m in messages]
+        )
+    return run

@@ -1,0 +1,97 @@
+"""``RunStream``: what ``stream()`` and the decisions return. Chunks arrive on ``full_stream``.
+
+The run is driven by a producer task, not by the consumer: a consumer that stops reading (or never
+reads) does not stop the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+_producers: set[asyncio.Task] = set()  # strong references: a running producer is never collected
+
+_END = object()
+
+
+class RunStream:
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.decision: Any = None  # the DecisionOutcome, for streams returned by a decision
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._first_turn: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._consumed = False
+
+    # --- producer side --------------------------------------------------------------------------
+    def sink(self, chunk: dict) -> None:
+        self._queue.put_nowait(chunk)
+
+    def start(self, produce: Callable[[RunStream], Awaitable[None]]) -> RunStream:
+        async def runner() -> None:
+            try:
+                await produce(self)
+            except BaseException as exc:
+                if not self._first_turn.done():
+                    self._first_turn.set_exception(exc)
+                self._queue.put_nowait(exc)
+                raise
+            finally:
+                self._queue.put_nowait(_END)
+                if not self._done.done():
+                    self._done.set_result(None)
+
+        task = asyncio.get_running_loop().create_task(runner())
+        _producers.add(task)
+        task.add_done_callback(_producers.discard)
+        return self
+
+    def first_turn_done(self, result: Any) -> None:
+        if not self._first_turn.done():
+            self._first_turn.set_result(result)
+
+    # --- consumer side --------------------------------------------------------------------------
+    @property
+    def full_stream(self) -> AsyncIterator[dict]:
+        if self._consumed:
+            raise RuntimeError("full_stream can be consumed once")
+        self._consumed = True
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[dict]:
+        while True:
+            item = await self._queue.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def _first(self, name: str) -> Any:
+        result = await asyncio.shield(self._first_turn)
+        return getattr(result, name)
+
+    # Aggregates describe the first turn only (CONTRACT §2); ``await stream.text``.
+    @property
+    def text(self) -> Awaitable[str]:
+        return self._first("first_text")
+
+    @property
+    def tool_calls(self) -> Awaitable[list[dict]]:
+        return self._first("tool_calls")
+
+    @property
+    def finish_reason(self) -> Awaitable[str]:
+        return self._first("finish_reason")
+
+    @property
+    def usage(self) -> Awaitable[dict]:
+        return self._first("usage")
+
+    async def wait(self) -> None:
+        """Wait until the run has produced everything this stream will carry."""
+        await asyncio.shield(self._done)
+
+    async def collect(self) -> list[dict]:
+        return [chunk async for chunk in self.full_stream]

@@ -1,0 +1,209 @@
+"""``@tool``: argument schemas from type hints, approval policies, ``suspend()`` and resume data."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import pydantic
+
+from agentrun.errors import AgentRunError
+
+ApprovalPolicy = bool | Callable[["ToolContext", dict], bool | Awaitable[bool]]
+
+
+class ToolSuspended(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by ``ctx.suspend()``: the run waits for resume data; the tool re-runs from the top."""
+
+    def __init__(self, payload: Any) -> None:
+        super().__init__("tool suspended")
+        self.payload = payload
+
+
+@dataclass
+class ToolContext:
+    """What a tool knows about the call it serves. ``tool_call_id`` is the idempotency key."""
+
+    run_id: str
+    tool_call_id: str
+    agent_id: str
+    thread_id: str | None = None
+    resource_id: str | None = None
+    resume_data: Any = None
+    metadata: dict = field(default_factory=dict)
+
+    async def suspend(self, payload: Any = None) -> typing.NoReturn:
+        raise ToolSuspended(payload)
+
+
+def _error_details(exc: pydantic.ValidationError) -> list[dict]:
+    return [
+        {"loc": ".".join(str(p) for p in err["loc"]) or "$", "message": err["msg"], "type": err["type"]}
+        for err in exc.errors(include_url=False, include_input=False, include_context=False)
+    ]
+
+
+class Tool:
+    """A callable the model may use. Build one with ``@tool``."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Awaitable[Any]] | None,
+        *,
+        id: str,  # noqa: A002 - the contract's name
+        description: str = "",
+        requires_approval: ApprovalPolicy = False,
+        resume_schema: type[pydantic.BaseModel] | dict | None = None,
+        background: bool | dict = False,
+        args_model: type[pydantic.BaseModel] | None = None,
+    ) -> None:
+        self.id = id
+        self.fn = fn
+        self.description = description or inspect.getdoc(fn) or ""
+        self.requires_approval = requires_approval
+        self.background = {} if background is True else (dict(background) if background else None)
+        self._ctx_param: str | None = None
+        self.args_model = args_model or self._args_model_from_hints()
+        self._resume_model: type[pydantic.BaseModel] | None = None
+        self._resume_validator: jsonschema.Validator | None = None
+        self.resume_schema: dict | None = None
+        if isinstance(resume_schema, type) and issubclass(resume_schema, pydantic.BaseModel):
+            self._resume_model = resume_schema
+            self.resume_schema = resume_schema.model_json_schema()
+        elif isinstance(resume_schema, dict):
+            jsonschema.Draft202012Validator.check_schema(resume_schema)
+            self.resume_schema = resume_schema
+            self._resume_validator = jsonschema.Draft202012Validator(resume_schema)
+        elif resume_schema is not None:
+            raise TypeError("resume_schema must be a pydantic model or a JSON Schema dict")
+
+    def _args_model_from_hints(self) -> type[pydantic.BaseModel]:
+        if self.fn is None:
+            return pydantic.create_model(f"{self.id}_args", __config__=pydantic.ConfigDict(extra="forbid"))
+        hints = typing.get_type_hints(self.fn)
+        fields: dict[str, Any] = {}
+        for name, param in inspect.signature(self.fn).parameters.items():
+            annotation = hints.get(name, Any)
+            if name == "ctx" or annotation is ToolContext:
+                self._ctx_param = name
+                continue
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[name] = (annotation, default)
+        return pydantic.create_model(
+            f"{self.id}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+        )
+
+    # --- schemas and validation -----------------------------------------------------------------
+    @property
+    def parameters_schema(self) -> dict:
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def validate_args(self, args: Any) -> dict:
+        """Validated arguments (JSON-safe), or ``AgentRunError(ARGS_INVALID)``."""
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise AgentRunError("ARGS_INVALID", f"arguments are not valid JSON: {exc.msg}") from exc
+        if not isinstance(args, dict):
+            raise AgentRunError("ARGS_INVALID", "arguments must be a JSON object")
+        try:
+            model = self.args_model.model_validate(args)
+        except pydantic.ValidationError as exc:
+            raise AgentRunError(
+                "ARGS_INVALID",
+                f"arguments do not match the schema of tool {self.id!r}",
+                details={"errors": _error_details(exc)},
+            ) from exc
+        return model.model_dump(mode="json")
+
+    def validate_resume_data(self, data: Any) -> Any:
+        if self._resume_model is not None:
+            try:
+                return self._resume_model.model_validate(data).model_dump(mode="json")
+            except pydantic.ValidationError as exc:
+                raise AgentRunError(
+                    "RESUME_DATA_INVALID",
+                    f"resume data does not match the resume schema of tool {self.id!r}",
+                    details={"errors": _error_details(exc)},
+                ) from exc
+        if self._resume_validator is not None:
+            errors = sorted(self._resume_validator.iter_errors(data), key=lambda e: list(e.path))
+            if errors:
+                raise AgentRunError(
+                    "RESUME_DATA_INVALID",
+                    f"resume data does not match the resume schema of tool {self.id!r}",
+                    details={
+                        "errors": [
+                            {"loc": ".".join(str(p) for p in e.path) or "$", "message": e.message}
+                            for e in errors
+                        ]
+                    },
+                )
+        return data
+
+    # --- policy and execution -------------------------------------------------------------------
+    async def needs_approval(self, ctx: ToolContext, args: dict) -> bool:
+        policy = self.requires_approval
+        if not callable(policy):
+            return bool(policy)
+        try:
+            verdict = policy(ctx, args)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            return bool(verdict)
+        except Exception:
+            return True  # a policy that cannot decide fails closed
+
+    async def execute(self, args: dict, ctx: ToolContext) -> Any:
+        assert self.fn is not None
+        kwargs = dict(args)
+        if self._ctx_param:
+            kwargs[self._ctx_param] = ctx
+        result = self.fn(**kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def describe(self) -> dict:
+        return {
+            "id": self.id,
+            # A callable policy may require approval for some calls: advertise it as requiring approval.
+            "requiresApproval": True if callable(self.requires_approval) else bool(self.requires_approval),
+            "background": self.background is not None,
+            "resumeSchema": self.resume_schema,
+        }
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.id}>"
+
+
+def tool(
+    fn: Callable | None = None,
+    *,
+    id: str | None = None,  # noqa: A002
+    description: str = "",
+    requires_approval: ApprovalPolicy = False,
+    resume_schema: type[pydantic.BaseModel] | dict | None = None,
+    background: bool | dict = False,
+) -> Any:
+    """Declare a tool: ``@tool(id="send-email", requires_approval=True)`` on an async function."""
+
+    def wrap(f: Callable) -> Tool:
+        return Tool(
+            f,
+            id=id or f.__name__.replace("_", "-"),
+            description=description,
+            requires_approval=requires_approval,
+            resume_schema=resume_schema,
+            background=background,
+        )
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,410 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from agentrun.ids import new_id
+from agentrun.timeutil import iso
+
+
+def _run_id() -> str:
+    return new_id("run")
+
+
+def _step_id() -> str:
+    return new_id("step")
+
+
+def _message_id() -> str:
+    return new_id("msg")
+
+
+def _decision_id() -> str:
+    return new_id("dec")
+
+
+class Thread(models.Model):
+    """A conversation: its messages are the memory the model sees on every run of the thread."""
+
+    id = models.CharField(primary_key=True, max_length=255)
+    resource_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        IN_PROGRESS = "in_progress"
+        SUSPENDED = "suspended"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+
+    FINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.EXPIRED})
+
+    id = models.CharField(primary_key=True, max_length=40, default=_run_id, editable=False)
+    agent_id = models.CharField(max_length=128, db_index=True)
+    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="runs")
+    resource_id = models.CharField(max_length=255, null=True, blank=True)
+    parent_run = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="child_runs"
+    )
+    parent_tool_call_id = models.CharField(max_length=128, null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    suspended_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.JSONField(null=True, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    # Per-run engine options (max_steps, require_tool_approval), kept so continuations honour them.
+    options = models.JSONField(default=dict, blank=True)
+    step_count = models.PositiveIntegerField(default=0)
+    # Next chunk sequence number; only the lease holder writes chunks, so it is the only writer.
+    next_seq = models.PositiveIntegerField(default=1)
+    # Whoever drives the run (one segment at a time) holds the lease; an expired lease can be taken over.
+    lease_owner = models.CharField(max_length=64, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        permissions = [("start_run", "Can start runs"), ("cancel_run", "Can cancel runs")]
+        indexes = [
+            models.Index(fields=["thread", "created_at"], name="run_thread_created"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL_STATUSES
+
+    def to_dict(self) -> dict:
+        """The run object of CONTRACT §4."""
+        return {
+            "id": self.id,
+            "object": "thread.run",
+            "agentId": self.agent_id,
+            "threadId": self.thread_id,
+            "resourceId": self.resource_id,
+            "parentRunId": self.parent_run_id,
+            "status": self.status,
+            "createdAt": iso(self.created_at),
+            "startedAt": iso(self.started_at),
+            "suspendedAt": iso(self.suspended_at),
+            "completedAt": iso(self.completed_at),
+            "failedAt": iso(self.failed_at),
+            "cancelledAt": iso(self.cancelled_at),
+            "expiredAt": iso(self.expired_at),
+            "expiresAt": iso(self.expires_at),
+            "lastError": self.last_error,
+            "usage": self.usage,
+            "metadata": self.metadata or {},
+        }
+
+
+class RunStep(models.Model):
+    """One model call or one batch of tool calls (Azure ``RunStep``)."""
+
+    class Type(models.TextChoices):
+        MESSAGE_CREATION = "message_creation"
+        TOOL_CALLS = "tool_calls"
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+
+    id = models.CharField(primary_key=True, max_length=40, default=_step_id, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    agent_id = models.CharField(max_length=128)
+    thread_id = models.CharField(max_length=255)
+    type = models.CharField(max_length=20, choices=Type.choices)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IN_PROGRESS)
+    step_details = models.JSONField(default=dict)
+    last_error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        # Serves GET /api/runs/{id}/steps (cursor over created_at, id in either order).
+        indexes = [models.Index(fields=["run", "created_at", "id"], name="step_run_timeline")]
+
+    def __str__(self) -> str:
+        return self.id
+
+    def to_dict(self) -> dict:
+        """The step object of CONTRACT §4 (Azure ``RunStep``): usage is null while in progress."""
+        return {
+            "id": self.id,
+            "object": "thread.run.step",
+            "type": self.type,
+            "assistantId": self.agent_id,
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+            "status": self.status,
+            "stepDetails": self.step_details,
+            "lastError": self.last_error,
+            "createdAt": iso(self.created_at),
+            "completedAt": iso(self.completed_at),
+            "cancelledAt": iso(self.cancelled_at),
+            "failedAt": iso(self.failed_at),
+            "expiredAt": iso(self.expired_at),
+            "usage": None if self.status == self.Status.IN_PROGRESS else self.usage,
+            "metadata": self.metadata or {},
+        }
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    id = models.CharField(primary_key=True, max_length=40, default=_message_id, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
+    run = models.ForeignKey(Run, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True, default="")
+    # assistant: [{id, name, args}]; tool: the call it answers and how it ended (ok / error / denied).
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=128, null=True, blank=True)
+    tool_name = models.CharField(max_length=128, null=True, blank=True)
+    tool_status = models.CharField(max_length=16, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        # Serves thread memory (all messages of a thread in order) and the messages endpoint.
+        indexes = [models.Index(fields=["thread", "created_at", "id"], name="message_thread_timeline")]
+
+    def __str__(self) -> str:
+        return self.id
+
+    def to_dict(self) -> dict:
+        data = {
+            "id": self.id,
+            "object": "thread.message",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+            "role": self.role,
+            "content": self.content,
+            "createdAt": iso(self.created_at),
+        }
+        if self.tool_calls:
+            data["toolCalls"] = self.tool_calls
+        if self.role == self.Role.TOOL:
+            data |= {"toolCallId": self.tool_call_id, "toolName": self.tool_name, "toolStatus": self.tool_status}
+        return data
+
+
+class Snapshot(models.Model):
+    """The persisted state of a waiting run. Exists only while the run is suspended.
+
+    The listing contract reads this table (never memory), so it carries the filter columns itself.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="snapshot")
+    agent_id = models.CharField(max_length=128)
+    thread_id = models.CharField(max_length=255)
+    resource_id = models.CharField(max_length=255, null=True, blank=True)
+    created_at = models.DateTimeField()  # the run's createdAt: the listing's date bounds apply to it
+    suspended_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    step = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        # Each index serves list_suspended_runs: WHERE agent_id = ? [AND thread_id | resource_id = ?]
+        # [AND created_at BETWEEN ? AND ?] ORDER BY created_at DESC, run_id DESC.
+        indexes = [
+            models.Index(fields=["agent_id", "-created_at", "-run"], name="snapshot_agent_created"),
+            models.Index(
+                fields=["agent_id", "thread_id", "-created_at", "-run"], name="snapshot_agent_thread"
+            ),
+            models.Index(
+                fields=["agent_id", "resource_id", "-created_at", "-run"], name="snapshot_agent_resource"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"snapshot of {self.run_id}"
+
+
+class SuspendedToolCall(models.Model):
+    """A tool call that waits for a person (open), or was decided and waits to be applied."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        DECIDED = "decided"
+        EXECUTING = "executing"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="suspended_calls")
+    step = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="suspended_calls")
+    tool_call_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=128)
+    args = models.JSONField(null=True, blank=True)
+    requires_approval = models.BooleanField()
+    suspend_payload = models.JSONField(null=True, blank=True)
+    resume_schema = models.JSONField(null=True, blank=True)
+    position = models.PositiveIntegerField(default=0)
+    # How many times this call suspended before (a resumed tool may suspend again).
+    suspension = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    decision = models.OneToOneField(
+        "Decision", on_delete=models.PROTECT, null=True, blank=True, related_name="suspended_call"
+    )
+    # A sub-agent call surfaces its inner run's open call here.
+    inner_agent_id = models.CharField(max_length=128, null=True, blank=True)
+    inner_run_id = models.CharField(max_length=40, null=True, blank=True)
+    inner_tool_call_id = models.CharField(max_length=128, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "tool_call_id"], name="one_live_record_per_tool_call"),
+        ]
+        indexes = [
+            # Serves the listing's prefetch of open calls and the decision transaction's lookup.
+            models.Index(
+                fields=["run", "position"], name="suspended_call_open", condition=Q(status="open")
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.tool_call_id
+
+
+class Decision(models.Model):
+    """Who decided what on a suspended tool call. Permanent: decisions are the audit trail."""
+
+    class Kind(models.TextChoices):
+        APPROVE = "approve"
+        DECLINE = "decline"
+        RESUME = "resume"
+        EXPIRE = "expire"
+
+    class Via(models.TextChoices):
+        API = "api"
+        DASHBOARD = "dashboard"
+        PYTHON = "python"
+        WEBSOCKET = "websocket"
+        SYSTEM = "system"
+
+    id = models.CharField(primary_key=True, max_length=40, default=_decision_id, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="decisions")
+    agent_id = models.CharField(max_length=128)
+    thread_id = models.CharField(max_length=255)
+    tool_call_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=128)
+    suspension = models.PositiveIntegerField(default=0)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    args = models.JSONField(null=True, blank=True)
+    edited_args = models.JSONField(null=True, blank=True)
+    resume_data = models.JSONField(null=True, blank=True)
+    reason = models.TextField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Kept as text too, so the trail still names the person after their account is deleted.
+    decided_by_username = models.CharField(max_length=150, null=True, blank=True)
+    via = models.CharField(max_length=16, choices=Via.choices)
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-decided_at", "-id"]
+        permissions = [("decide_toolcall", "Can approve, decline and resume suspended tool calls")]
+        constraints = [
+            # Exactly once: the database itself refuses a second decision on the same suspension.
+            models.UniqueConstraint(
+                fields=["run", "tool_call_id", "suspension"], name="one_decision_per_suspension"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["agent_id", "decided_at"], name="decision_agent_time"),
+            models.Index(fields=["thread_id", "decided_at"], name="decision_thread_time"),
+            models.Index(fields=["decided_at", "id"], name="decision_timeline"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.tool_call_id}"
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "runId": self.run_id,
+            "agentId": self.agent_id,
+            "threadId": self.thread_id,
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "kind": self.kind,
+            "args": self.args,
+            "editedArgs": self.edited_args,
+            "resumeData": self.resume_data,
+            "reason": self.reason,
+            "decidedBy": self.decided_by_username,
+            "via": self.via,
+            "decidedAt": iso(self.decided_at),
+        }
+
+
+class RunChunk(models.Model):
+    """The durable chunk log of a run: replay for late subscribers, in ``seq`` order."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="chunks")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=40)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="one_chunk_per_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq}"
+
+    def to_chunk(self) -> dict:
+        return {"type": self.type, "runId": self.run_id, "from": "AGENT", "seq": self.seq, "payload": self.payload}
+
+
+class ToolEffect(models.Model):
+    """A ledger tools use to apply a side effect once per tool call id (their idempotency key).
+
+    A continuation retried after a crash re-runs an approved tool with the same ``ctx.tool_call_id``;
+    a tool that records its effect here first finds it already applied.
+    """
+
+    tool_call_id = models.CharField(max_length=128, unique=True)
+    run_id = models.CharField(max_length=40, db_index=True)
+    tool_name = models.CharField(max_length=128)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.tool_call_id}"

@@ -1,0 +1,163 @@
+"""Reads. ``list_suspended_runs`` is the listing contract: snapshots, filtered and paged in SQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from agentrun.errors import AgentRunError
+from agentrun.models import Snapshot, SuspendedToolCall
+from agentrun.timeutil import iso, parse_datetime_bound
+
+MAX_PER_PAGE = 1000
+
+
+@dataclass
+class SuspendedRunToolCall:
+    tool_call_id: str
+    tool_name: str
+    args: Any
+    requires_approval: bool
+    suspend_payload: Any
+    resume_schema: dict | None
+    inner_agent_id: str | None = None
+    inner_run_id: str | None = None
+    inner_tool_call_id: str | None = None
+
+    def to_dict(self) -> dict:
+        data = {
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "args": self.args,
+            "requiresApproval": self.requires_approval,
+            "suspendPayload": self.suspend_payload,
+            "resumeSchema": self.resume_schema,
+        }
+        if self.inner_run_id:
+            data |= {
+                "innerAgentId": self.inner_agent_id,
+                "innerRunId": self.inner_run_id,
+                "innerToolCallId": self.inner_tool_call_id,
+            }
+        return data
+
+
+@dataclass
+class SuspendedRun:
+    run_id: str
+    agent_id: str
+    thread_id: str
+    resource_id: str | None
+    created_at: datetime
+    suspended_at: datetime
+    tool_calls: list[SuspendedRunToolCall]
+    status: str = "suspended"
+
+    def to_dict(self) -> dict:
+        return {
+            "runId": self.run_id,
+            "agentId": self.agent_id,
+            "status": self.status,
+            "threadId": self.thread_id,
+            "resourceId": self.resource_id,
+            "createdAt": iso(self.created_at),
+            "suspendedAt": iso(self.suspended_at),
+            "toolCalls": [c.to_dict() for c in self.tool_calls],
+        }
+
+
+@dataclass
+class SuspendedRunsPage:
+    runs: list[SuspendedRun]
+    total: int
+
+    def to_dict(self) -> dict:
+        return {"runs": [r.to_dict() for r in self.runs], "total": self.total}
+
+
+def _int_param(value: Any, code: str, name: str, minimum: int, maximum: int | None = None) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise AgentRunError(code, f"{name} must be an integer")
+    if isinstance(value, str):
+        if not value.strip().lstrip("-").isdigit():
+            raise AgentRunError(code, f"{name} must be an integer, got {value!r}")
+        value = int(value)
+    if not isinstance(value, int):
+        raise AgentRunError(code, f"{name} must be an integer")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise AgentRunError(code, f"{name} must be {bound}, got {value}")
+    return value
+
+
+def list_suspended_runs(
+    *,
+    agent_id: str,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    from_date: datetime | str | None = None,
+    to_date: datetime | str | None = None,
+    per_page: int | str | None = None,
+    page: int | str | None = None,
+) -> SuspendedRunsPage:
+    """Runs of ``agent_id`` waiting for people, newest first. Three queries whatever the page size:
+    the count, the page of snapshots, and their open calls."""
+    per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
+    page = _int_param(page, "INVALID_PAGE", "page", 0)
+    start = parse_datetime_bound(from_date, "fromDate")
+    end = parse_datetime_bound(to_date, "toDate")
+
+    snapshots = Snapshot.objects.filter(agent_id=agent_id)
+    if thread_id:
+        snapshots = snapshots.filter(thread_id=thread_id)
+    if resource_id:
+        snapshots = snapshots.filter(resource_id=resource_id)
+    if start is not None:
+        snapshots = snapshots.filter(created_at__gte=start)
+    if end is not None:
+        snapshots = snapshots.filter(created_at__lte=end)
+    # A run past its time to live is not listed, even before the sweeper has expired it.
+    snapshots = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+
+    total = snapshots.count()
+    ordered = snapshots.order_by("-created_at", "-run_id")
+    if per_page is not None and page is not None:
+        ordered = ordered[page * per_page : (page + 1) * per_page]
+    page_rows = list(ordered)
+    calls_by_run: dict[str, list[SuspendedRunToolCall]] = {s.run_id: [] for s in page_rows}
+    open_calls = SuspendedToolCall.objects.filter(
+        run_id__in=list(calls_by_run), status=SuspendedToolCall.Status.OPEN
+    ).order_by("run_id", "position", "id")
+    for c in open_calls:
+        calls_by_run[c.run_id].append(
+            SuspendedRunToolCall(
+                tool_call_id=c.tool_call_id,
+                tool_name=c.tool_name,
+                args=c.args,
+                requires_approval=c.requires_approval,
+                suspend_payload=c.suspend_payload,
+                resume_schema=c.resume_schema,
+                inner_agent_id=c.inner_agent_id,
+                inner_run_id=c.inner_run_id,
+                inner_tool_call_id=c.inner_tool_call_id,
+            )
+        )
+    runs = [
+        SuspendedRun(
+            run_id=s.run_id,
+            agent_id=s.agent_id,
+            thread_id=s.thread_id,
+            resource_id=s.resource_id,
+            created_at=s.created_at,
+            suspended_at=s.suspended_at,
+            tool_calls=calls_by_run[s.run_id],
+        )
+        for s in page_rows
+    ]
+    return SuspendedRunsPage(runs=runs, total=total)
