@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentrun.settings")
@@ -10,7 +11,23 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-application = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_asgi)})
+from agentrun.engine import runtime  # noqa: E402
+from agentrun.routing import websocket_urlpatterns  # noqa: E402
+from agentrun.ws_auth import AuthStack  # noqa: E402
+
+router = ProtocolTypeRouter(
+    {
+        "http": ASGIStaticFilesHandler(django_asgi),
+        "websocket": AllowedHostsOriginValidator(AuthStack(URLRouter(websocket_urlpatterns))),
+    }
+)
+
+
+async def application(scope, receive, send):  # noqa: ANN001, ANN201 - the ASGI signature
+    # Runs dispatched from sync views execute on this loop (see agentrun.engine.runtime).
+    runtime.bind_loop(asyncio.get_running_loop())
+    return await router(scope, receive, send)

@@ -11,7 +11,6 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
-from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("AGENTRUN_DATA_DIR", BASE_DIR / "var"))
@@ -30,11 +29,8 @@ DEBUG = env_bool("DEBUG", False)
 def _secret_key() -> str:
     if key := os.environ.get("SECRET_KEY"):
         return key
-    if not DEBUG and os.environ.get("AGENTRUN_ALLOW_GENERATED_SECRET") != "1":
-        raise ImproperlyConfigured(
-            "SECRET_KEY is not set. Set it in the environment (or DEBUG=1 for a local key)."
-        )
-    # Local development and the demo: a random key kept in the data dir, never in the repository.
+    # No key given: a random one made on first start and kept in the data dir (never in the repository).
+    # Fine for one machine; several machines must share SECRET_KEY through the environment.
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     path = DATA_DIR / "secret_key"
     if not path.exists():
@@ -121,12 +117,15 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 10_000}}
+    }
 
 # --- tasks --------------------------------------------------------------------------------------
 TASKS = {
     "default": {
-        "BACKEND": os.environ.get("AGENTRUN_TASK_BACKEND", "django.tasks.backends.immediate.ImmediateBackend"),
+        # Embedded default: in the server process. Production: "django_tasks_db.DatabaseBackend".
+        "BACKEND": os.environ.get("AGENTRUN_TASK_BACKEND", "agentrun.tasks_backend.InProcessBackend"),
     }
 }
 

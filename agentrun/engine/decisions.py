@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError
+from agentrun.fanout import notify_approvals
 from agentrun.models import Decision, Run, RunStep, Snapshot, SuspendedToolCall
 
 DECISION_KINDS = {"approve", "decline", "resume"}
@@ -166,6 +167,7 @@ def decide(
                 run.status = Run.Status.IN_PROGRESS
                 run.save(update_fields=["status"])
                 Snapshot.objects.filter(run=run).delete()
+            transaction.on_commit(lambda: _notify_decided(decision))
             return DecisionOutcome(decision=decision, run_status=run.status)
     except IntegrityError as exc:
         # Only reachable where row locks are not enforced: the unique constraint decides the race.
@@ -173,6 +175,18 @@ def decide(
         if latest is None:
             raise
         raise _already_decided(latest) from exc
+
+
+def _notify_decided(decision: Decision) -> None:
+    notify_approvals(
+        "decided",
+        runId=decision.run_id,
+        agentId=decision.agent_id,
+        threadId=decision.thread_id,
+        toolCallIds=[decision.tool_call_id],
+        decision=decision.kind,
+        decidedBy=decision.decided_by_username,
+    )
 
 
 # --- expiry -------------------------------------------------------------------------------------
@@ -206,6 +220,9 @@ def expire_run_if_due(run_id: str) -> bool:
         run.status = Run.Status.EXPIRED
         run.expired_at = now
         run.save(update_fields=["status", "expired_at"])
+        transaction.on_commit(
+            lambda: notify_approvals("removed", runId=run.id, agentId=run.agent_id, threadId=run.thread_id)
+        )
     return True
 
 
@@ -234,4 +251,7 @@ def cancel_run(*, run_id: str, agent_id: str | None = None) -> Run:
         run.status = Run.Status.CANCELLED
         run.cancelled_at = now
         run.save(update_fields=["status", "cancelled_at"])
+        transaction.on_commit(
+            lambda: notify_approvals("removed", runId=run.id, agentId=run.agent_id, threadId=run.thread_id)
+        )
     return run

@@ -20,6 +20,7 @@ from agentrun.engine import store
 from agentrun.engine.providers import ModelError, ModelFinish, ModelToolCall, TextDelta, usage_dict
 from agentrun.engine.tools import Tool, ToolContext, ToolSuspended
 from agentrun.errors import AgentRunError
+from agentrun.fanout import RunPublisher
 from agentrun.ids import new_id
 from agentrun.models import Decision, Run
 
@@ -57,7 +58,7 @@ class Outcome:
 class SegmentResult:
     finish_reason: str
     text: str = ""  # the text of the segment's last model call
-    first_text: str = ""
+    first_text: str = ""  # the text of every model call of the segment (the turn), joined
     tool_calls: list[dict] = field(default_factory=list)
     usage: dict = field(default_factory=lambda: usage_dict(0, 0))
 
@@ -66,7 +67,8 @@ class Segment:
     def __init__(self, agent: Agent, run_id: str, sinks: list | None = None) -> None:
         self.agent = agent
         self.run_id = run_id
-        self.sinks = sinks or []
+        self.publisher = RunPublisher(run_id)
+        self.sinks = [*(sinks or []), self.publisher]
         self.owner = store.new_lease_owner()
         self.result = SegmentResult(finish_reason="stop")
         self._model_calls = 0
@@ -104,6 +106,7 @@ class Segment:
                 self.result.finish_reason = "error"
             self.emit("finish", {"finishReason": self.result.finish_reason, "usage": self.result.usage})
             await db(self.log.flush_sync)()
+            await self.publisher.aclose()
         finally:
             heartbeat.cancel()
             await db(store.release_lease)(self.run_id, self.owner)
@@ -223,9 +226,10 @@ class Segment:
             self.result.usage = store.add_usage(self.result.usage, usage)
             self.result.text = text
             call_dicts = [{"id": c.id, "name": c.name, "args": c.args} for c in calls]
-            if self._model_calls == 1:
-                self.result.first_text = text
-                self.result.tool_calls = call_dicts
+            # The stream's aggregates cover the whole turn (every model call of this segment), as in
+            # Mastra: a run that calls tools and then answers reports that answer as its text.
+            self.result.first_text += text
+            self.result.tool_calls.extend(call_dicts)
             tool_step = await db(store.record_model_step)(
                 run, self.log, message_id=message_id, text=text, calls=call_dicts, usage=usage, started_at=started_at
             )

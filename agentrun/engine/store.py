@@ -17,6 +17,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agentrun.engine.providers import usage_dict
+from agentrun.fanout import notify_approvals
 from agentrun.ids import new_id
 from agentrun.models import Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
 
@@ -329,6 +330,15 @@ def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict
             },
         )
         Run.objects.filter(pk=run.pk).update(status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at)
+        transaction.on_commit(
+            lambda: notify_approvals(
+                "suspended",
+                runId=run.id,
+                agentId=run.agent_id,
+                threadId=run.thread_id,
+                toolCallIds=[c["tool_call_id"] for c in opens],
+            )
+        )
     run.status = Run.Status.SUSPENDED
 
 

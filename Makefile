@@ -1,0 +1,48 @@
+# agentrun task runner. `make demo` starts the demo; `make test` runs every test suite.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.12 || command -v python3.13 || echo python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PG_URL ?= postgres://postgres@127.0.0.1:5432/agentrun
+REDIS ?= redis://127.0.0.1:6379/0
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: setup demo test test-sqlite test-postgres test-e2e browser lint bench
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+setup: $(BIN)/.installed
+
+## The demo: embedded default (SQLite, in-memory channel layer, in-process tasks), demo agents.
+demo: setup
+	DEBUG=1 $(BIN)/python manage.py migrate --noinput
+	DEBUG=1 $(BIN)/python manage.py demo_seed
+	@echo "agentrun demo on http://$(HOST):$(PORT)/approvals/  (admin: /admin/, API docs: /api/docs/)"
+	DEBUG=1 $(BIN)/daphne -b $(HOST) -p $(PORT) agentrun.asgi:application
+
+## Debian's chromium for the browser tests (root installs it; nothing is downloaded by playwright).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+## Everything: the embedded default, then PostgreSQL + Redis, then the browser tests.
+test: setup browser test-sqlite test-postgres test-e2e
+
+test-sqlite: setup
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -m "not e2e and not system" -q
+
+test-postgres: setup
+	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) $(BIN)/pytest -m "not e2e" -q
+
+test-e2e: setup browser
+	REDIS_URL=$(REDIS) $(BIN)/pytest -m e2e -p no:asyncio -q tests/e2e
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench: setup
+	$(BIN)/python benchmarks/stream_fanout.py

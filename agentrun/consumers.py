@@ -1,0 +1,144 @@
+"""Websockets (CONTRACT §5). Thin: authorize, then relay the fan-out or the Python API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from agentrun.access import can_decide, can_view
+from agentrun.engine.agents import get_agent
+from agentrun.errors import AgentRunError
+from agentrun.fanout import subscribe
+from agentrun.models import Run
+from agentrun.wire import decision_kwargs, stream_kwargs
+
+
+def _error(code: str, message: str) -> dict:
+    return {"type": "error", "error": {"code": code, "message": message}}
+
+
+class RunStreamConsumer(AsyncJsonWebsocketConsumer):
+    """``ws/runs/<runId>/?after=<seq>``: replay after ``seq``, then live, closed (1000) once final."""
+
+    async def connect(self) -> None:
+        self.user = self.scope.get("user")
+        self.forwarder: asyncio.Task | None = None
+        await self.accept()
+        if not await sync_to_async(can_view)(self.user):
+            code = "NOT_AUTHENTICATED" if not getattr(self.user, "is_authenticated", False) else "PERMISSION_DENIED"
+            await self.send_json(_error(code, "You may not watch runs."))
+            await self.close(code=4403)
+            return
+        run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        try:
+            after = int(query.get("after", ["0"])[0] or 0)
+            if after < 0:
+                raise ValueError
+        except ValueError:
+            await self.send_json(_error("INVALID_REQUEST", "after must be a non-negative integer"))
+            await self.close(code=4400)
+            return
+        if not await Run.objects.filter(pk=run_id).aexists():
+            await self.send_json(_error("RUN_NOT_FOUND", f"No run {run_id}."))
+            await self.close(code=4404)
+            return
+        self.forwarder = asyncio.create_task(self._forward(run_id, after))
+
+    async def _forward(self, run_id: str, after: int) -> None:
+        async for chunk in subscribe(run_id, after, until="final"):
+            await self.send_json(chunk)
+        await self.close(code=1000)
+
+    async def disconnect(self, code: int) -> None:
+        if self.forwarder is not None:
+            self.forwarder.cancel()
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        await self.send_json(_error("INVALID_REQUEST", "this socket only streams; send nothing"))
+
+
+class AgentConsumer(AsyncJsonWebsocketConsumer):
+    """``ws/agents/<agentId>/``: ``{"action": "stream"|"approve"|"decline"|"resume", ...}`` → chunks."""
+
+    async def connect(self) -> None:
+        self.user = self.scope.get("user")
+        self.tasks: set[asyncio.Task] = set()
+        await self.accept()
+        if not await sync_to_async(can_view)(self.user):
+            code = "NOT_AUTHENTICATED" if not getattr(self.user, "is_authenticated", False) else "PERMISSION_DENIED"
+            await self.send_json(_error(code, "You may not use agents."))
+            await self.close(code=4403)
+            return
+        try:
+            self.agent = get_agent(self.scope["url_route"]["kwargs"]["agent_id"])
+        except AgentRunError as exc:
+            await self.send_json(_error(exc.code, exc.message))
+            await self.close(code=4404)
+
+    async def disconnect(self, code: int) -> None:
+        # Runs go on server-side; only the forwarding to this socket stops.
+        for task in self.tasks:
+            task.cancel()
+
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        try:
+            return json.loads(text_data)
+        except (TypeError, ValueError):
+            return _MALFORMED
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        if text_data is None:
+            await self.send_json(_error("INVALID_REQUEST", "send JSON text frames"))
+            return
+        await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if content is _MALFORMED or not isinstance(content, dict):
+            await self.send_json(_error("INVALID_REQUEST", "a frame is a JSON object with an action"))
+            return
+        action = content.get("action")
+        try:
+            if action == "stream":
+                if not await sync_to_async(self.user.has_perm)("agentrun.start_run"):
+                    raise AgentRunError("PERMISSION_DENIED", "You may not start runs.")
+                stream = await self.agent.stream(**stream_kwargs(content))
+            elif action in ("approve", "decline", "resume"):
+                if not await sync_to_async(can_decide)(self.user):
+                    raise AgentRunError("PERMISSION_DENIED", "You may not decide tool calls.")
+                run_id = content.get("runId")
+                if not isinstance(run_id, str):
+                    raise AgentRunError("INVALID_REQUEST", "runId is required")
+                kwargs_ = decision_kwargs(action, content)
+                method = {
+                    "approve": self.agent.approve_tool_call,
+                    "decline": self.agent.decline_tool_call,
+                }.get(action)
+                if method is not None:
+                    stream = await method(run_id=run_id, decided_by=self.user, via="websocket", **kwargs_)
+                else:
+                    resume_data = kwargs_.pop("resume_data")
+                    stream = await self.agent.resume_stream(
+                        resume_data, run_id=run_id, decided_by=self.user, via="websocket", **kwargs_
+                    )
+            else:
+                raise AgentRunError("INVALID_REQUEST", "action must be stream, approve, decline or resume")
+        except AgentRunError as exc:
+            await self.send_json(_error(exc.code, exc.message))
+            return
+        task = asyncio.create_task(self._forward(stream))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _forward(self, stream: Any) -> None:
+        async for chunk in stream.full_stream:
+            await self.send_json(chunk)
+
+
+_MALFORMED = object()

@@ -1,0 +1,165 @@
+"""The stream fan-out: every chunk of a run reaches every subscriber, in order, once.
+
+Writers: a segment's ``RunPublisher`` sends its chunks to the channel-layer group ``run.<id>`` as they
+are produced (batched per event-loop tick), while ``ChunkLog`` writes them to the database in batches.
+Readers: ``subscribe(run_id, after)`` joins the group first, then replays the log after ``after``, then
+yields live chunks. A live chunk ahead of what the log holds (it was produced before we joined but is
+not flushed yet) makes it re-read the log until the gap is filled: no gap, no duplicate.
+
+Reviewers' feed: ``notify_approvals`` tells the ``approvals`` group when calls open or are decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
+
+logger = logging.getLogger("agentrun.fanout")
+
+APPROVALS_GROUP = "approvals"
+GAP_POLL_SECONDS = 0.05
+
+
+def run_group(run_id: str) -> str:
+    return f"run.{run_id}"
+
+
+class RunPublisher:
+    """A chunk sink: publishes to ``run.<id>`` without ever blocking or failing the run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.layer = get_channel_layer()
+        self.pending: list[dict] = []
+        self.task: asyncio.Task | None = None
+
+    def __call__(self, chunk: dict) -> None:
+        if self.layer is None:
+            return
+        self.pending.append(chunk)
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self.pending:
+            batch, self.pending = self.pending, []
+            try:
+                await self.layer.group_send(run_group(self.run_id), {"type": "run.chunks", "chunks": batch})
+            except Exception:  # a subscriber recovers from the log; the run must not fail for this
+                logger.warning("could not publish %d chunks of %s", len(batch), self.run_id, exc_info=True)
+
+    async def aclose(self) -> None:
+        while self.task is not None and not self.task.done():
+            await self.task
+
+
+def _load_chunks(run_id: str, after: int) -> list[dict]:
+    from agentrun.models import RunChunk
+
+    return [c.to_chunk() for c in RunChunk.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")]
+
+
+def _run_state(run_id: str) -> tuple[str | None, bool]:
+    """(status, someone is driving it)."""
+    from django.utils import timezone
+
+    from agentrun.models import Run
+
+    row = Run.objects.filter(pk=run_id).values("status", "lease_owner", "lease_expires_at").first()
+    if row is None:
+        return None, False
+    driving = bool(row["lease_owner"]) and row["lease_expires_at"] is not None and row["lease_expires_at"] > timezone.now()
+    return row["status"], driving
+
+
+FINAL = {"completed", "failed", "cancelled", "expired"}
+
+
+async def subscribe(run_id: str, after: int = 0, *, until: str = "final") -> AsyncIterator[dict]:
+    """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones.
+
+    ``until="final"`` ends once the run is final (websockets); ``until="rest"`` ends once it is
+    suspended or final and nobody drives it (SSE ``GET /api/runs/{id}/stream``).
+    """
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    group = run_group(run_id)
+    await layer.group_add(group, channel)
+    live: asyncio.Queue = asyncio.Queue()
+
+    async def pump() -> None:
+        while True:
+            message = await layer.receive(channel)
+            for chunk in message.get("chunks", []):
+                live.put_nowait(chunk)
+
+    receiver = asyncio.get_running_loop().create_task(pump())
+    last = after
+    try:
+        while True:
+            for chunk in await sync_to_async(_load_chunks)(run_id, last):
+                if chunk["seq"] == last + 1:
+                    last = chunk["seq"]
+                    yield chunk
+            status, driving = await sync_to_async(_run_state)(run_id)
+            if status is None:
+                return
+            if _rested(status, driving, until):
+                # Read the log once more: the final chunks may have landed after our last read.
+                for chunk in await sync_to_async(_load_chunks)(run_id, last):
+                    if chunk["seq"] == last + 1:
+                        last = chunk["seq"]
+                        yield chunk
+                return
+            # Live phase: wait for chunks; re-check the run state when nothing arrives for a while.
+            try:
+                chunk = await asyncio.wait_for(live.get(), timeout=1.0)
+            except TimeoutError:
+                continue
+            while True:
+                if chunk["seq"] == last + 1:
+                    last = chunk["seq"]
+                    yield chunk
+                elif chunk["seq"] > last + 1:
+                    # Produced before we joined and not flushed yet: fill the gap from the log.
+                    await asyncio.sleep(GAP_POLL_SECONDS)
+                    for logged in await sync_to_async(_load_chunks)(run_id, last):
+                        if logged["seq"] == last + 1 and logged["seq"] < chunk["seq"]:
+                            last = logged["seq"]
+                            yield logged
+                    continue
+                if chunk["type"] == "finish":
+                    break  # re-check the state: the run may rest now
+                try:
+                    chunk = live.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+    finally:
+        receiver.cancel()
+        try:
+            await layer.group_discard(group, channel)
+        except Exception:  # pragma: no cover - the layer went away; nothing to clean
+            pass
+
+
+def _rested(status: str, driving: bool, until: str) -> bool:
+    if status in FINAL:
+        return not driving
+    return until == "rest" and status == "suspended" and not driving
+
+
+def notify_approvals(event: str, **fields: Any) -> None:
+    """Tell reviewers' pages that calls opened (``suspended``) or left (``decided``). Call after commit."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {"type": "approvals.event", "event": event, **fields}
+    try:
+        async_to_sync(layer.group_send)(APPROVALS_GROUP, message)
+    except Exception:
+        logger.warning("could not notify reviewers of %s", event, exc_info=True)

@@ -1,0 +1,65 @@
+"""Create the demo reviewer (and viewer) accounts and a few suspended runs to look at."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand
+
+from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
+from agentrun.models import Snapshot
+
+SEED_THREAD_PREFIX = "demo-"
+
+
+class Command(BaseCommand):
+    help = "Create demo accounts (reviewer, viewer) and seed suspended runs for the demo agents."
+
+    def handle(self, *args: object, **options: object) -> None:
+        ensure_groups()
+        for username, group, env in (
+            ("reviewer", REVIEWERS, "AGENTRUN_REVIEWER_PASSWORD"),
+            ("viewer", VIEWERS, "AGENTRUN_VIEWER_PASSWORD"),
+        ):
+            self._account(username, group, env)
+        if Snapshot.objects.filter(thread_id__startswith=SEED_THREAD_PREFIX).exists():
+            self.stdout.write("Demo runs already seeded.")
+            return
+        asyncio.run(_seed_runs())
+        count = Snapshot.objects.filter(thread_id__startswith=SEED_THREAD_PREFIX).count()
+        self.stdout.write(self.style.SUCCESS(f"Seeded {count} suspended runs."))
+
+    def _account(self, username: str, group_name: str, env: str) -> None:
+        user_model = get_user_model()
+        user, created = user_model.objects.get_or_create(username=username, defaults={"is_staff": True})
+        password = os.environ.get(env)
+        if created or password:
+            password = password or secrets.token_urlsafe(12)
+            user.set_password(password)
+            user.save()
+            self.stdout.write(self.style.WARNING(f"Account {username!r} password: {password}"))
+        user.groups.add(Group.objects.get(name=group_name))
+
+
+async def _seed_runs() -> None:
+    from agentrun.engine.agents import get_agent
+
+    support = get_agent("support-agent")
+    supervisor = get_agent("support-supervisor")
+    seeds = [
+        (support, "demo-orders", "customer-42",
+         '/tool send-email {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."}'),
+        (support, "demo-cleanup", "customer-7",
+         '/tool delete-record {"table": "orders", "id": 1017}\n/tool send-email {"to": "ops@example.com", '
+         '"subject": "Deleted order 1017", "body": "Removed at the customer\'s request."}'),
+        (support, "demo-travel", "customer-42", '/tool ask-user {"question": "Which city should we ship to?"}'),
+        (supervisor, "demo-billing", "customer-9",
+         '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"A-881\\", \\"amount\\": 25.5}"}'),
+    ]
+    for agent, thread, resource, message in seeds:
+        stream = await agent.stream(message, memory={"thread": thread, "resource": resource})
+        await stream.collect()

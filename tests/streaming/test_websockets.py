@@ -1,0 +1,135 @@
+"""Websockets: replay after a seq then live chunks, across suspensions, and decisions over a socket."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from agentrun.access import REVIEWERS, ensure_groups
+from agentrun.asgi import application
+from agentrun.engine.agents import get_agent
+from agentrun.models import RunChunk, ToolEffect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EMAIL = '/tool send-email {"to": "ada@example.com", "subject": "Hi", "body": "Hello"}'
+ORIGIN = [(b"origin", b"http://localhost")]
+
+
+@sync_to_async
+def reviewer_token(username: str = "rita") -> str:
+    from django.contrib.auth.models import Group, User
+    from rest_framework.authtoken.models import Token
+
+    ensure_groups()
+    user = User.objects.create_user(username, password="pw-12345678")
+    user.groups.add(Group.objects.get(name=REVIEWERS))
+    return Token.objects.create(user=user).key
+
+
+def communicator(path: str, token: str) -> WebsocketCommunicator:
+    sep = "&" if "?" in path else "?"
+    return WebsocketCommunicator(application, f"{path}{sep}token={token}", headers=ORIGIN)
+
+
+async def receive_until(comm: WebsocketCommunicator, predicate, timeout: float = 10) -> list[dict]:
+    frames = []
+    while True:
+        frame = await comm.receive_json_from(timeout=timeout)
+        frames.append(frame)
+        if predicate(frame):
+            return frames
+
+
+async def test_subscriber_mid_run_gets_replay_then_live_then_close_when_final():
+    token = await reviewer_token()
+    agent = get_agent("support-agent")
+    stream = await agent.stream(EMAIL, memory={"thread": "ws-1", "resource": "u1"})
+    first = await stream.collect()
+    assert first[-1]["type"] == "finish" and first[-1]["payload"]["finishReason"] == "suspended"
+
+    after = 3
+    comm = communicator(f"/ws/runs/{stream.run_id}/?after={after}", token)
+    connected, _ = await comm.connect()
+    assert connected
+    replay = await receive_until(comm, lambda f: f["type"] == "finish")
+    assert [c["seq"] for c in replay] == [c["seq"] for c in first if c["seq"] > after]
+    assert replay == [c for c in first if c["seq"] > after]
+
+    # The run rests suspended: the socket stays open. A decision elsewhere continues it.
+    assert await comm.receive_nothing(timeout=0.3)
+    cont = await agent.approve_tool_call(run_id=stream.run_id)
+    await cont.collect()
+    live = await receive_until(comm, lambda f: f["type"] == "finish")
+    seqs = [c["seq"] for c in replay + live]
+    assert seqs == list(range(after + 1, seqs[-1] + 1)), "contiguous, no gap, no duplicate"
+    assert any(c["type"] == "tool-result" and c["payload"]["toolName"] == "send-email" for c in live)
+    assert "".join(c["payload"]["text"] for c in live if c["type"] == "text-delta").startswith("send-email:")
+    out = await comm.receive_output(timeout=5)
+    assert out == {"type": "websocket.close", "code": 1000}
+
+
+async def test_approval_over_agent_socket_reaches_the_run_subscriber():
+    token = await reviewer_token()
+    agent = get_agent("support-agent")
+    stream = await agent.stream(EMAIL, memory={"thread": "ws-2", "resource": "u1"})
+    await stream.collect()
+
+    watcher = communicator(f"/ws/runs/{stream.run_id}/?after=0", token)
+    assert (await watcher.connect())[0]
+    await receive_until(watcher, lambda f: f["type"] == "finish")
+
+    decider = communicator("/ws/agents/support-agent/", token)
+    assert (await decider.connect())[0]
+    await decider.send_json_to({"action": "approve", "runId": stream.run_id})
+    decided = await receive_until(decider, lambda f: f["type"] == "finish")
+    assert decided[-1]["payload"]["finishReason"] == "stop"
+
+    seen = await receive_until(watcher, lambda f: f["type"] == "finish")
+    assert [c["seq"] for c in seen] == [c["seq"] for c in decided]
+    assert (await watcher.receive_output(timeout=5))["code"] == 1000
+    assert await ToolEffect.objects.filter(run_id=stream.run_id, tool_name="send-email").acount() == 1
+
+    # The same call again: an error frame, and the socket stays usable.
+    await decider.send_json_to({"action": "approve", "runId": stream.run_id})
+    error = await decider.receive_json_from(timeout=5)
+    assert error["type"] == "error" and error["error"]["code"] == "TOOL_CALL_ALREADY_DECIDED"
+    await decider.send_to(text_data="{not json")
+    assert (await decider.receive_json_from(timeout=5))["error"]["code"] == "INVALID_REQUEST"
+    await decider.send_json_to({"action": "stream", "messages": "hello again"})
+    frames = await receive_until(decider, lambda f: f["type"] == "finish")
+    assert "".join(f["payload"]["text"] for f in frames if f["type"] == "text-delta") == "Echo: hello again"
+    await decider.disconnect()
+    await watcher.disconnect()
+
+
+async def test_subscriber_joining_while_run_produces_misses_nothing():
+    token = await reviewer_token()
+    agent = get_agent("support-agent")
+    words = " ".join(f"w{i}" for i in range(400))
+    stream = await agent.stream(f"/sleep 50\n{words}", memory={"thread": "ws-3"})
+    comm = communicator(f"/ws/runs/{stream.run_id}/?after=0", token)
+    assert (await comm.connect())[0]
+    produced = await stream.collect()
+    got = await receive_until(comm, lambda f: f["type"] == "finish")
+    assert got == produced
+    assert (await comm.receive_output(timeout=5))["code"] == 1000
+    assert await RunChunk.objects.filter(run_id=stream.run_id).acount() == len(produced)
+
+
+async def test_socket_without_credentials_or_origin_is_refused():
+    agent = get_agent("support-agent")
+    stream = await agent.stream("hi", memory={"thread": "ws-4"})
+    await stream.collect()
+    anonymous = WebsocketCommunicator(application, f"/ws/runs/{stream.run_id}/", headers=ORIGIN)
+    assert (await anonymous.connect())[0]
+    frame = await anonymous.receive_json_from(timeout=5)
+    assert frame["error"]["code"] == "NOT_AUTHENTICATED"
+    token = await reviewer_token("otto")
+    no_origin = WebsocketCommunicator(application, f"/ws/runs/{stream.run_id}/?token={token}")
+    connected, _ = await no_origin.connect()
+    assert not connected
+    await asyncio.sleep(0)
