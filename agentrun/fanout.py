@@ -12,6 +12,7 @@ Reviewers' feed: ``notify_approvals`` tells the ``approvals`` group when calls o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -73,7 +74,8 @@ def _run_state(run_id: str) -> tuple[str | None, bool]:
     row = Run.objects.filter(pk=run_id).values("status", "lease_owner", "lease_expires_at").first()
     if row is None:
         return None, False
-    driving = bool(row["lease_owner"]) and row["lease_expires_at"] is not None and row["lease_expires_at"] > timezone.now()
+    expires = row["lease_expires_at"]
+    driving = bool(row["lease_owner"]) and expires is not None and expires > timezone.now()
     return row["status"], driving
 
 
@@ -141,10 +143,8 @@ async def subscribe(run_id: str, after: int = 0, *, until: str = "final") -> Asy
                     break
     finally:
         receiver.cancel()
-        try:
+        with contextlib.suppress(Exception):  # the layer went away: nothing to clean
             await layer.group_discard(group, channel)
-        except Exception:  # pragma: no cover - the layer went away; nothing to clean
-            pass
 
 
 def _rested(status: str, driving: bool, until: str) -> bool:

@@ -408,3 +408,107 @@ class ToolEffect(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.tool_call_id}"
+
+
+def _background_task_id() -> str:
+    return new_id("bgt")
+
+
+class BackgroundTask(models.Model):
+    """A tool call that runs outside the turn that made it (CONTRACT §3.9)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        TIMED_OUT = "timed_out"
+
+    FINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMED_OUT})
+
+    id = models.CharField(primary_key=True, max_length=40, default=_background_task_id, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="background_tasks")
+    agent_id = models.CharField(max_length=128)
+    thread_id = models.CharField(max_length=255)
+    tool_call_id = models.CharField(max_length=128, unique=True)
+    tool_name = models.CharField(max_length=128)
+    args = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    max_retries = models.PositiveIntegerField(default=0)
+    timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    # A running task's worker beats; a task whose heartbeat stopped was left by a dead process.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When an until_idle stream ran the continuation turn that told the model about this result.
+    continued_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            # Serves the concurrency limits and the dispatcher: running / pending tasks, oldest first.
+            models.Index(fields=["status", "created_at"], name="bgtask_status_created"),
+            models.Index(fields=["agent_id", "status"], name="bgtask_agent_status"),
+            models.Index(fields=["run", "status"], name="bgtask_run_status"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL_STATUSES
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "object": "background_task",
+            "runId": self.run_id,
+            "agentId": self.agent_id,
+            "threadId": self.thread_id,
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "args": self.args,
+            "status": self.status,
+            "result": self.result,
+            "error": self.error,
+            "attempts": self.attempts,
+            "createdAt": iso(self.created_at),
+            "startedAt": iso(self.started_at),
+            "completedAt": iso(self.completed_at),
+        }
+
+
+class IdempotencyKey(models.Model):
+    """The first answer to a REST decision sent with an ``Idempotency-Key`` header, kept per user.
+
+    A retried request with the same key gets this answer again instead of a second decision. The row
+    is written in the decision's own transaction, so a key exists exactly when its decision does.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    # sha256 of method, path and body: the same key with a different request is refused.
+    request_fingerprint = models.CharField(max_length=64)
+    run_id = models.CharField(max_length=40)
+    response_status = models.PositiveSmallIntegerField()
+    response_body = models.JSONField()
+    # The chunk seq the decision's continuation follows: a retried SSE request replays from here.
+    stream_after = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            # Serves the lookup of a retried request, and decides a race between two identical ones.
+            models.UniqueConstraint(fields=["user", "key"], name="one_answer_per_idempotency_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.user_id})"

@@ -153,6 +153,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # One error envelope for every API error (CONTRACT §4).
+    "EXCEPTION_HANDLER": "agentrun.api.exceptions.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "agentrun API",
@@ -161,6 +163,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "PREPROCESSING_HOOKS": ["agentrun.api.schema.drop_slash_aliases"],
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "agentrun.models.Run.Status",
+        "StepStatusEnum": "agentrun.models.RunStep.Status",
+        "BackgroundTaskStatusEnum": "agentrun.api.views.BACKGROUND_TASK_STATUSES",
+    },
 }
 
 # --- agentrun -----------------------------------------------------------------------------------
@@ -178,3 +187,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"agentrun": {"handlers": ["console"], "level": os.environ.get("AGENTRUN_LOG_LEVEL", "INFO")}},
 }
+# Background tasks: how many run at once (all agents; an Agent may set a lower limit of its own).
+AGENTRUN_BACKGROUND_CONCURRENCY = int(os.environ.get("AGENTRUN_BACKGROUND_CONCURRENCY", "8"))
+# Seconds without a heartbeat after which a running background task or a run's lease is taken over.
+AGENTRUN_LEASE_SECONDS = float(os.environ.get("AGENTRUN_LEASE_SECONDS", "30"))
+AGENTRUN_SWEEP_SECONDS = float(os.environ.get("AGENTRUN_SWEEP_SECONDS", "5"))
+# The server process sweeps too (expiry, stalled runs, lost background tasks); workers always do.
+AGENTRUN_EMBEDDED_SWEEPER = env_bool("AGENTRUN_EMBEDDED_SWEEPER", True)

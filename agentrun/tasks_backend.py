@@ -42,6 +42,10 @@ class InProcessBackend(BaseTaskBackend):
         runtime.submit(self._execute(result))
         return result
 
+    async def aenqueue(self, task, args, kwargs):  # noqa: ANN001, ANN201
+        # Enqueueing only schedules a coroutine: do it on the caller's loop, not in a worker thread.
+        return self.enqueue(task, args, kwargs)
+
     async def _execute(self, result: TaskResult) -> None:
         task = result.task
         now = timezone.now()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import time
 import warnings
 from collections.abc import Iterable
 from datetime import datetime
@@ -12,7 +14,7 @@ import pydantic
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agentrun.engine import store
+from agentrun.engine import background, store
 from agentrun.engine.decisions import decide
 from agentrun.engine.inputs import (
     normalize_max_steps,
@@ -22,13 +24,15 @@ from agentrun.engine.inputs import (
     validate_metadata,
 )
 from agentrun.engine.loop import InnerRunSuspended, Segment, _inner_outcome
-from agentrun.engine.providers import LanguageModel, get_model
+from agentrun.engine.providers import CONTINUATION_PREFIX, LanguageModel, get_model
 from agentrun.engine.stream import RunStream
 from agentrun.engine.tools import Tool, ToolContext
 from agentrun.errors import AgentRunError
+from agentrun.fanout import subscribe
 from agentrun.selectors import SuspendedRunsPage, list_suspended_runs
 
 _registry: dict[str, Agent] = {}
+IDLE_POLL_SECONDS = 0.1
 
 
 def db(fn):
@@ -85,6 +89,7 @@ class Agent:
         description: str = "",
         suspended_run_ttl: float | None = None,
         max_steps: int | None = None,
+        background_concurrency: int | None = None,
         register: bool = True,
     ) -> None:
         self.id = id
@@ -100,6 +105,7 @@ class Agent:
                 raise TypeError(f"{t!r} is not a tool: decorate it with @tool")
             self.tools[t.id] = t
         self.suspended_run_ttl = suspended_run_ttl
+        self.background_concurrency = background_concurrency
         self._max_steps = max_steps
         if register:
             register_agent(self)
@@ -143,7 +149,8 @@ class Agent:
         options = {
             "max_steps": normalize_max_steps(max_steps),
             "require_tool_approval": bool(require_tool_approval),
-            "until_idle": normalize_until_idle(until_idle),
+            # Without memory there is no thread to write results back to: a plain stream (CONTRACT §3.10).
+            "until_idle": normalize_until_idle(until_idle) if thread_id else None,
         }
         run = await db(store.create_run)(
             agent_id=self.id,
@@ -153,7 +160,7 @@ class Agent:
             metadata=validate_metadata(metadata),
             options={k: v for k, v in options.items() if v},
         )
-        return self._drive(run.id)
+        return self._drive(run.id, until_idle=options["until_idle"])
 
     async def stream_until_idle(self, messages: Any, *, max_idle_ms: int | None = None, **options: Any) -> RunStream:
         """Deprecated: use ``stream(..., until_idle=True)`` (or ``{"max_idle_ms": …}``)."""
@@ -170,15 +177,58 @@ class Agent:
         await stream.collect()
         return await generate_result(stream)
 
-    def _drive(self, run_id: str, decision: Any = None) -> RunStream:
+    def _drive(self, run_id: str, decision: Any = None, until_idle: dict | None = None) -> RunStream:
         stream = RunStream(run_id)
         stream.decision = decision
+        last_seq = [0]
+
+        def sink(chunk: dict) -> None:
+            last_seq[0] = chunk["seq"]
+            stream.sink(chunk)
 
         async def produce(s: RunStream) -> None:
-            result = await Segment(self, run_id, sinks=[s.sink]).run()
+            result = await Segment(self, run_id, sinks=[sink]).run()
             s.first_turn_done(result)
+            if until_idle:
+                await self._until_idle(run_id, sink, last_seq[0], until_idle["max_idle_ms"])
 
         return stream.start(produce)
+
+    async def _until_idle(self, run_id: str, sink: Any, after: int, max_idle_ms: float) -> None:
+        """Keep the stream open while the run's background tasks work (CONTRACT §3.10).
+
+        Each batch of finished tasks starts a continuation turn (a segment) naming their calls; the
+        turns' chunks, and the ``background-task-*`` chunks, reach this stream through the fan-out.
+        Closes when nothing runs and nothing is queued, or after ``max_idle_ms`` idle between turns.
+        """
+
+        async def forward() -> None:
+            async for chunk in subscribe(run_id, after, until="final"):
+                sink(chunk)
+
+        forwarder = asyncio.create_task(forward())
+        idle_since = time.monotonic()
+        try:
+            while True:
+                run = await db(store.load_run)(run_id)
+                if run.status != run.Status.IN_PROGRESS:
+                    break  # suspended for a person, or finished: the run rests
+                finished, busy = await db(background.idle_state)(run_id)
+                if finished:
+                    await db(background.mark_continued)(finished)
+                    directive = f"{CONTINUATION_PREFIX} {' '.join(finished)}"
+                    await Segment(self, run_id, directive=directive).run()
+                    idle_since = time.monotonic()
+                elif not busy or (time.monotonic() - idle_since) * 1000 >= max_idle_ms:
+                    break
+                else:
+                    await asyncio.sleep(IDLE_POLL_SECONDS)
+        finally:
+            await db(store.finish_idle_run)(run_id)
+            try:
+                await asyncio.wait_for(forwarder, timeout=10)
+            except TimeoutError:
+                forwarder.cancel()
 
     # --- the listing contract -------------------------------------------------------------------
     async def list_suspended_runs(

@@ -9,6 +9,7 @@ Chunks are numbered by the segment's ``ChunkLog`` and end with exactly one ``fin
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from agentrun.engine import store
+from agentrun.engine import background, store
 from agentrun.engine.providers import ModelError, ModelFinish, ModelToolCall, TextDelta, usage_dict
 from agentrun.engine.tools import Tool, ToolContext, ToolSuspended
 from agentrun.errors import AgentRunError
@@ -52,6 +53,7 @@ class Outcome:
     output: str = ""
     result: Any = None
     open_call: dict | None = None
+    background_task_id: str | None = None
 
 
 @dataclass
@@ -63,36 +65,65 @@ class SegmentResult:
     usage: dict = field(default_factory=lambda: usage_dict(0, 0))
 
 
-class Segment:
-    def __init__(self, agent: Agent, run_id: str, sinks: list | None = None) -> None:
-        self.agent = agent
-        self.run_id = run_id
-        self.publisher = RunPublisher(run_id)
-        self.sinks = [*(sinks or []), self.publisher]
-        self.owner = store.new_lease_owner()
-        self.result = SegmentResult(finish_reason="stop")
-        self._model_calls = 0
+class RunLease:
+    """The exclusive right to drive a run and write its chunks: one holder at a time, across processes.
 
-    # --- lease ----------------------------------------------------------------------------------
-    async def _acquire(self) -> None:
+    Renewed while held; a holder that dies stops renewing and the lease can be taken over once expired.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.owner = store.new_lease_owner()
+        self._heartbeat: asyncio.Task | None = None
+
+    async def __aenter__(self) -> RunLease:
         delay = 0.01
         while not await db(store.acquire_lease)(self.run_id, self.owner):
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
+        self._heartbeat = asyncio.create_task(self._beat())
+        return self
 
-    async def _heartbeat(self) -> None:
+    async def _beat(self) -> None:
         while True:
-            await asyncio.sleep(store.LEASE_TTL.total_seconds() / 3)
+            await asyncio.sleep(store.lease_ttl().total_seconds() / 3)
             await db(store.renew_lease)(self.run_id, self.owner)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        await db(store.release_lease)(self.run_id, self.owner)
+
+
+async def announce(run_id: str, chunks: list[tuple[str, dict]]) -> None:
+    """Append chunks to a run outside a segment (background task news), under the run's lease."""
+    publisher = RunPublisher(run_id)
+    async with RunLease(run_id):
+        run = await db(store.load_run)(run_id)
+        log = store.ChunkLog(run_id, run.next_seq, [publisher])
+        for type_, payload in chunks:
+            log.emit(type_, payload)
+        await db(log.flush_sync)()
+    await publisher.aclose()
+
+
+class Segment:
+    def __init__(self, agent: Agent, run_id: str, sinks: list | None = None, *, directive: str | None = None) -> None:
+        self.agent = agent
+        self.run_id = run_id
+        self.publisher = RunPublisher(run_id)
+        self.sinks = [*(sinks or []), self.publisher]
+        # A continuation turn after background tasks starts with a system message naming them.
+        self.directive = directive
+        self.result = SegmentResult(finish_reason="stop")
+        self._model_calls = 0
 
     def emit(self, type_: str, payload: dict) -> dict:
         return self.log.emit(type_, payload)
 
     # --- the segment ----------------------------------------------------------------------------
     async def run(self) -> SegmentResult:
-        await self._acquire()
-        heartbeat = asyncio.create_task(self._heartbeat())
-        try:
+        async with RunLease(self.run_id):
             run = await db(store.load_run)(self.run_id)
             self.log = store.ChunkLog(run.id, run.next_seq, self.sinks)
             self.emit("start", {"runId": run.id, "agentId": run.agent_id, "threadId": run.thread_id})
@@ -107,9 +138,6 @@ class Segment:
             self.emit("finish", {"finishReason": self.result.finish_reason, "usage": self.result.usage})
             await db(self.log.flush_sync)()
             await self.publisher.aclose()
-        finally:
-            heartbeat.cancel()
-            await db(store.release_lease)(self.run_id, self.owner)
         return self.result
 
     async def _drive(self, run: Run) -> str:
@@ -127,6 +155,8 @@ class Segment:
             if not await db(store.step_outputs_complete)(step.id):
                 return "suspended"
             await db(store.complete_tool_step)(step.id)
+        if self.directive:
+            await db(store.add_message)(run, role="system", content=self.directive)
         return await self._model_loop(run)
 
     # --- decided calls --------------------------------------------------------------------------
@@ -225,7 +255,7 @@ class Segment:
             self._model_calls += 1
             self.result.usage = store.add_usage(self.result.usage, usage)
             self.result.text = text
-            call_dicts = [{"id": c.id, "name": c.name, "args": c.args} for c in calls]
+            call_dicts = [{"id": c.id, "name": c.name, "args": _parsed_args(c.args)} for c in calls]
             # The stream's aggregates cover the whole turn (every model call of this segment), as in
             # Mastra: a run that calls tools and then answers reports that answer as its text.
             self.result.first_text += text
@@ -255,7 +285,7 @@ class Segment:
         force_approval = bool(run.options.get("require_tool_approval"))
         for position, call in enumerate(calls):
             payload_call = {"id": call.id, "name": call.name}
-            self.emit("tool-call", {"toolCallId": call.id, "toolName": call.name, "args": call.args})
+            self.emit("tool-call", {"toolCallId": call.id, "toolName": call.name, "args": _parsed_args(call.args)})
             tool = self.agent.tools.get(call.name)
             if tool is None:
                 outcome = Outcome("error", output=f"Unknown tool {call.name!r}")
@@ -300,6 +330,14 @@ class Segment:
         )
 
     async def _execute(self, tool: Tool, args: dict, ctx: ToolContext) -> Outcome:
+        if tool.background is not None:
+            row = await db(background.create)(
+                run_id=ctx.run_id, agent_id=ctx.agent_id, thread_id=ctx.thread_id or "", tool=tool,
+                tool_call_id=ctx.tool_call_id, args=args,
+            )
+            await background.run_background_task.aenqueue(row.id)
+            text = background.placeholder(row)
+            return Outcome("ok", output=text, result=text, background_task_id=row.id)
         try:
             result = await tool.execute(args, ctx)
         except ToolSuspended as signal:
@@ -325,6 +363,12 @@ class Segment:
         base = {"toolCallId": call["id"], "toolName": call["name"], "args": args}
         if outcome.status == "ok":
             self.emit("tool-result", {**base, "result": outcome.result})
+            if outcome.background_task_id:
+                self.emit(
+                    "background-task-started",
+                    {"taskId": outcome.background_task_id, "toolName": call["name"], "toolCallId": call["id"],
+                     "agentId": run.agent_id, "runId": run.id},
+                )
         elif outcome.status == "denied":
             approval = {"id": decision.id if decision else None, "approved": False, "reason": outcome.output}
             self.emit("tool-output-denied", {**base, "approval": approval})
@@ -349,6 +393,17 @@ class Segment:
             self.emit("tool-call-approval", payload)
         else:
             self.emit("tool-call-suspended", {**payload, "suspendPayload": opened.get("suspend_payload")})
+
+
+def _parsed_args(args: Any) -> Any:
+    """Providers stream arguments as a JSON string: chunks and aggregates carry the object (as in Mastra).
+    A string that is not JSON stays as it is; the tool's validation turns it into a tool-error."""
+    if isinstance(args, str):
+        try:
+            return json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            return args
+    return args
 
 
 def _finish_reason_for(status: str) -> str:

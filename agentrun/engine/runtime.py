@@ -19,8 +19,17 @@ _tasks: set[asyncio.Task] = set()
 
 
 def bind_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Called by the ASGI application: remember the server's loop, and sweep on it (embedded default)."""
     global _bound
+    if _bound is loop:
+        return
     _bound = loop
+    from django.conf import settings
+
+    if settings.AGENTRUN_EMBEDDED_SWEEPER:
+        from agentrun.engine.sweeper import run_forever
+
+        _keep(loop.create_task(run_forever()))
 
 
 def _private_loop() -> asyncio.AbstractEventLoop:

@@ -8,12 +8,14 @@ so chunk sequence numbers and step details have a single writer at a time.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
 from agentrun.engine.providers import usage_dict
@@ -21,7 +23,9 @@ from agentrun.fanout import notify_approvals
 from agentrun.ids import new_id
 from agentrun.models import Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
 
-LEASE_TTL = timedelta(seconds=30)
+
+def lease_ttl() -> timedelta:
+    return timedelta(seconds=settings.AGENTRUN_LEASE_SECONDS)
 
 
 def add_usage(a: dict | None, b: dict | None) -> dict:
@@ -77,14 +81,14 @@ def acquire_lease(run_id: str, owner: str) -> bool:
     taken = (
         Run.objects.filter(pk=run_id)
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
-        .update(lease_owner=owner, lease_expires_at=now + LEASE_TTL)
+        .update(lease_owner=owner, lease_expires_at=now + lease_ttl())
     )
     return taken == 1
 
 
 def renew_lease(run_id: str, owner: str) -> bool:
     return Run.objects.filter(pk=run_id, lease_owner=owner).update(
-        lease_expires_at=timezone.now() + LEASE_TTL
+        lease_expires_at=timezone.now() + lease_ttl()
     ) == 1
 
 
@@ -112,15 +116,20 @@ def mark_started(run: Run) -> None:
 def load_history(run: Run, instructions: str) -> list[dict]:
     """Thread memory: earlier messages of the thread go back to the model.
 
-    A top-level run sees the thread's top-level conversation; a sub-agent's inner run sees only its own.
+    A top-level run sees the thread's top-level conversation from before it started, then its own
+    messages; a sub-agent's inner run sees only its own. Runs on one thread may wait and resume in any
+    order: another run's messages written after this one started would split this run's tool calls
+    from their results (and hide its last user message), so they are not part of its history.
     """
     messages = Message.objects.filter(thread_id=run.thread_id)
     if run.parent_run_id is None:
-        messages = messages.filter(Q(run__isnull=True) | Q(run__parent_run__isnull=True))
+        earlier = Q(created_at__lt=run.created_at) & (Q(run__isnull=True) | Q(run__parent_run__isnull=True))
+        messages = messages.filter(Q(run_id=run.pk) | earlier)
     else:
         messages = messages.filter(run_id=run.pk)
+    own_last = Case(When(run_id=run.pk, then=Value(1)), default=Value(0), output_field=IntegerField())
     history = [{"role": "system", "content": instructions}] if instructions else []
-    for m in messages.order_by("created_at", "id"):
+    for m in messages.order_by(own_last, "created_at", "id"):
         history.append(
             {
                 "role": m.role,
@@ -242,13 +251,25 @@ def fail_run_sync(run: Run, error: dict) -> None:
 
 
 def complete_run(run: Run, log: ChunkLog) -> None:
+    """The turn answered. The run completes, unless an until_idle stream still waits for its background
+    tasks: then it stays ``in_progress`` until the stream's last continuation turn."""
     with transaction.atomic():
         log.flush_sync()
+        if run.options.get("until_idle") and background_work_left(run.pk):
+            return
         Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL_STATUSES).update(
             status=Run.Status.COMPLETED, completed_at=timezone.now()
         )
         Snapshot.objects.filter(run=run).delete()
     run.status = Run.Status.COMPLETED
+
+
+def finish_idle_run(run_id: str) -> None:
+    """An until_idle stream closed: the run it kept open completes."""
+    with transaction.atomic():
+        Run.objects.filter(pk=run_id, status=Run.Status.IN_PROGRESS).update(
+            status=Run.Status.COMPLETED, completed_at=timezone.now()
+        )
 
 
 def record_tool_result(run: Run, step_id: str, log: ChunkLog, *, call: dict, output: str, status: str) -> None:
@@ -373,7 +394,8 @@ def pending_tool_step(run_id: str) -> RunStep | None:
 
 
 def new_lease_owner() -> str:
-    return new_id("lease")
+    # host:pid names the process that drives a run (operators, and the crash tests, can find it).
+    return f"{socket.gethostname()[:20]}:{os.getpid()}:{new_id('lease')[-12:]}"
 
 
 
@@ -407,3 +429,16 @@ def create_run(
             [Message(thread=thread, run=run, role=m["role"], content=m["content"]) for m in messages]
         )
     return run
+
+
+def add_message(run: Run, *, role: str, content: str) -> None:
+    Message.objects.create(thread_id=run.thread_id, run=run, role=role, content=content)
+
+
+def background_work_left(run_id: str) -> bool:
+    """A background task of the run still runs, or finished without a continuation turn yet."""
+    from agentrun.models import BackgroundTask
+
+    return BackgroundTask.objects.filter(run_id=run_id).filter(
+        Q(status__in=[BackgroundTask.Status.PENDING, BackgroundTask.Status.RUNNING]) | Q(continued_at__isnull=True)
+    ).exists()

@@ -1,0 +1,59 @@
+"""The periodic sweep: expire runs past their TTL, take over runs whose driver died, recover and
+dispatch background tasks. Runs in every worker (``manage.py agentrun_worker``) and, on the embedded
+default, inside the server process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from agentrun.engine import background
+from agentrun.engine.decisions import expire_due_runs
+from agentrun.engine.dispatch import continue_run
+from agentrun.models import Run, SuspendedToolCall
+
+logger = logging.getLogger("agentrun.sweeper")
+
+
+def stalled_runs() -> list[tuple[str, str]]:
+    """Runs nobody drives although they should be driven: a lease that expired (its holder died), or a
+    decision recorded whose continuation never started (its dispatcher died after the commit)."""
+    now = timezone.now()
+    grace = now - timedelta(seconds=settings.AGENTRUN_LEASE_SECONDS)
+    expired = Run.objects.filter(lease_owner__isnull=False, lease_expires_at__lt=now).exclude(
+        status__in=Run.FINAL_STATUSES
+    )
+    undriven = Run.objects.filter(
+        lease_owner__isnull=True,
+        suspended_calls__status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING],
+        suspended_calls__decision__decided_at__lt=grace,
+    )
+    rows = Run.objects.filter(Q(pk__in=expired.values("pk")) | Q(pk__in=undriven.values("pk")))
+    return list(rows.values_list("agent_id", "id").distinct()[:100])
+
+
+async def sweep_once() -> dict:
+    expired = await sync_to_async(expire_due_runs)()
+    stalled = await sync_to_async(stalled_runs)()
+    for agent_id, run_id in stalled:
+        logger.warning("run %s has no live driver: continuing it", run_id)
+        await continue_run.aenqueue(agent_id, run_id)
+    recovered = await sync_to_async(background.recover_abandoned)()
+    dispatched = await background.dispatch_pending()
+    return {"expired": expired, "stalled": len(stalled), "recovered": recovered, "dispatched": dispatched}
+
+
+async def run_forever(interval: float | None = None) -> None:
+    interval = interval or settings.AGENTRUN_SWEEP_SECONDS
+    while True:
+        try:
+            await sweep_once()
+        except Exception:  # the sweep must outlive a bad round (a database restart, say)
+            logger.exception("sweep failed")
+        await asyncio.sleep(interval)
