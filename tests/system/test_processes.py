@@ -1,0 +1,120 @@
+"""Several real processes on PostgreSQL + Redis: fan-out across servers, and a driver killed mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+
+import pytest
+import websockets
+from asgiref.sync import sync_to_async
+
+from agentrun.models import Decision, Run, RunChunk, ToolEffect
+
+pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+EMAIL = '/tool send-email {"to": "ada@example.com", "subject": "Hi", "body": "Hello"}'
+
+
+@sync_to_async
+def reviewer_token() -> str:
+    from django.contrib.auth.models import Group, User
+    from rest_framework.authtoken.models import Token
+
+    from agentrun.access import REVIEWERS, ensure_groups
+
+    ensure_groups()
+    user = User.objects.create_user("sysrev", password="pw-12345678")
+    user.groups.add(Group.objects.get(name=REVIEWERS))
+    return Token.objects.create(user=user).key
+
+
+def ws_url(port: int, path: str, token: str) -> str:
+    sep = "&" if "?" in path else "?"
+    return f"ws://127.0.0.1:{port}{path}{sep}token={token}"
+
+
+async def frames_until_finish(ws, timeout: float = 20) -> list[dict]:
+    frames = []
+    while True:
+        frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        assert frame.get("type") != "error", frame
+        frames.append(frame)
+        if frame["type"] == "finish":
+            return frames
+
+
+async def test_a_run_approved_through_one_server_streams_to_a_watcher_on_the_other(processes):
+    token = await reviewer_token()
+    _, port_a = processes.daphne("daphne-a")
+    _, port_b = processes.daphne("daphne-b")
+    origin = {"origin": "http://localhost"}
+
+    async with websockets.connect(ws_url(port_b, "/ws/agents/support-agent/", token), additional_headers=origin) as b:
+        await b.send(json.dumps({"action": "stream", "messages": EMAIL, "memory": {"thread": "sys-1"}}))
+        first = await frames_until_finish(b)
+        run_id = first[0]["runId"]
+        assert first[-1]["payload"]["finishReason"] == "suspended"
+
+        async with websockets.connect(ws_url(port_a, f"/ws/runs/{run_id}/?after=0", token), additional_headers=origin) as a:
+            replay = await frames_until_finish(a)
+            assert replay == first
+            await b.send(json.dumps({"action": "approve", "runId": run_id}))
+            decided = await frames_until_finish(b)
+            watched = await frames_until_finish(a)
+            assert watched == decided, "every continuation chunk reached the other server's watcher"
+            with pytest.raises(websockets.ConnectionClosedOK):
+                await asyncio.wait_for(a.recv(), 10)
+            assert a.close_code == 1000
+
+    seqs = [c["seq"] for c in first + decided]
+    assert seqs == list(range(1, len(seqs) + 1))
+    logged = [s async for s in RunChunk.objects.filter(run_id=run_id).order_by("seq").values_list("seq", flat=True)]
+    assert logged == seqs
+
+
+async def test_killing_the_process_running_a_continuation_does_not_lose_or_repeat_it(processes):
+    from tests.system.slow_agents import slow_agent
+
+    token = await reviewer_token()
+    server, port = processes.daphne("daphne")
+    processes.worker("worker-1")
+    processes.worker("worker-2")
+
+    # The run suspends (driven by this test process), waiting for approval of the slow tool.
+    stream = await slow_agent.stream(
+        '/tool slow-send {"to": "ada@example.com", "seconds": 3}', memory={"thread": "sys-2"}
+    )
+    await stream.collect()
+    run_id = stream.run_id
+
+    origin = {"origin": "http://localhost"}
+    async with websockets.connect(ws_url(port, "/ws/agents/slow-agent/", token), additional_headers=origin) as ws:
+        await ws.send(json.dumps({"action": "approve", "runId": run_id}))
+        start = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert start["type"] == "start"
+        # Wait until the server holds the lease and the approved tool is executing, then kill it.
+        for _ in range(100):
+            run = await Run.objects.aget(pk=run_id)
+            if run.lease_owner and await ToolEffect.objects.filter(run_id=run_id).aexists():
+                break
+            await asyncio.sleep(0.05)
+        assert run.lease_owner.split(":")[1] == str(server.pid), "the server drives the continuation"
+        os.kill(server.pid, signal.SIGKILL)
+
+    # A worker's sweep sees the lease expire and continues the run; the tool re-runs with the same id.
+    for _ in range(300):
+        run = await Run.objects.aget(pk=run_id)
+        if run.status == Run.Status.COMPLETED:
+            break
+        await asyncio.sleep(0.1)
+    assert run.status == Run.Status.COMPLETED, run.status
+    assert run.lease_owner is None
+    assert await ToolEffect.objects.filter(run_id=run_id).acount() == 1, "the side effect happened once"
+    assert await Decision.objects.filter(run_id=run_id).acount() == 1
+    texts = [
+        c.payload["text"] async for c in RunChunk.objects.filter(run_id=run_id, type="text-delta").order_by("seq")
+    ]
+    assert "".join(texts).startswith("slow-send:")
