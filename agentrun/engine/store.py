@@ -373,7 +373,7 @@ def next_decided_call(run_id: str) -> SuspendedToolCall | None:
             run_id=run_id,
             status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING],
         )
-        .select_related("decision", "step")
+        .select_related("decision__decided_by", "step")
         .order_by("decision__decided_at", "position")
         .first()
     )
@@ -429,6 +429,14 @@ def create_run(
             [Message(thread=thread, run=run, role=m["role"], content=m["content"]) for m in messages]
         )
     return run
+
+
+def final_answer(run_id: str) -> str:
+    """The content of the run's last assistant message."""
+    message = (
+        Message.objects.filter(run_id=run_id, role=Message.Role.ASSISTANT).order_by("-created_at", "-id").first()
+    )
+    return message.content if message else ""
 
 
 def add_message(run: Run, *, role: str, content: str) -> None:

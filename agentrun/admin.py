@@ -1,0 +1,285 @@
+"""Admin for every agentrun model. Decisions are the audit trail: read-only for everyone."""
+
+from __future__ import annotations
+
+import csv
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from agentrun.models import (
+    BackgroundTask,
+    Decision,
+    Message,
+    Run,
+    RunChunk,
+    RunStep,
+    Snapshot,
+    SuspendedToolCall,
+    Thread,
+    ToolEffect,
+)
+
+
+def admin_link(model: str, pk: Any, text: Any = None) -> str:
+    if pk is None:
+        return "—"
+    url = reverse(f"admin:agentrun_{model}_change", args=[pk])
+    return format_html('<a href="{}">{}</a>', url, text if text is not None else pk)
+
+
+def changelist_link(model: str, text: str, **filters: Any) -> str:
+    query = "&".join(f"{k}={v}" for k, v in filters.items())
+    return format_html('<a href="{}?{}">{}</a>', reverse(f"admin:agentrun_{model}_changelist"), query, text)
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Thread)
+class ThreadAdmin(admin.ModelAdmin):
+    list_display = ["id", "resource_id", "created_at", "runs_link", "messages_link"]
+    search_fields = ["id", "resource_id"]
+    date_hierarchy = "created_at"
+
+    @admin.display(description="runs")
+    def runs_link(self, obj: Thread) -> str:
+        return changelist_link("run", "runs", thread__id__exact=obj.id)
+
+    @admin.display(description="messages")
+    def messages_link(self, obj: Thread) -> str:
+        return changelist_link("message", "messages", thread__id__exact=obj.id)
+
+
+class StepInline(ReadOnlyInline):
+    model = RunStep
+    fields = ["id", "type", "status", "created_at", "completed_at", "usage"]
+    readonly_fields = fields
+
+
+class SuspendedCallInline(ReadOnlyInline):
+    model = SuspendedToolCall
+    fields = ["tool_call_id", "tool_name", "status", "requires_approval", "decision", "created_at"]
+    readonly_fields = fields
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "agent_id", "status", "thread_link", "resource_id", "created_at", "completed_at"]
+    list_filter = ["agent_id", "status"]
+    search_fields = ["id", "thread__id", "resource_id", "suspended_calls__tool_call_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["thread"]
+    raw_id_fields = ["thread", "parent_run"]
+    readonly_fields = ["dashboard_link", "decisions_link", "chunks_link"]
+    inlines = [StepInline, SuspendedCallInline]
+
+    @admin.display(description="thread", ordering="thread")
+    def thread_link(self, obj: Run) -> str:
+        return admin_link("thread", obj.thread_id)
+
+    @admin.display(description="dashboard")
+    def dashboard_link(self, obj: Run) -> str:
+        return format_html('<a href="{}">open in the reviewer dashboard</a>', reverse("approvals:run", args=[obj.pk]))
+
+    @admin.display(description="decisions")
+    def decisions_link(self, obj: Run) -> str:
+        return changelist_link("decision", "decisions of this run", run__id__exact=obj.pk)
+
+    @admin.display(description="chunks")
+    def chunks_link(self, obj: Run) -> str:
+        return changelist_link("runchunk", "chunk log", run__id__exact=obj.pk)
+
+
+@admin.register(RunStep)
+class RunStepAdmin(admin.ModelAdmin):
+    list_display = ["id", "run_link", "agent_id", "type", "status", "created_at", "completed_at"]
+    list_filter = ["agent_id", "type", "status"]
+    search_fields = ["id", "run__id", "thread_id"]
+    date_hierarchy = "created_at"
+    raw_id_fields = ["run"]
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: RunStep) -> str:
+        return admin_link("run", obj.run_id)
+
+
+@admin.register(Message)
+class MessageAdmin(admin.ModelAdmin):
+    list_display = ["id", "thread_link", "run_link", "role", "short_content", "tool_name", "created_at"]
+    list_filter = ["role", "tool_status"]
+    search_fields = ["id", "thread__id", "run__id", "tool_call_id", "content"]
+    date_hierarchy = "created_at"
+    raw_id_fields = ["thread", "run"]
+
+    @admin.display(description="content")
+    def short_content(self, obj: Message) -> str:
+        return obj.content[:80]
+
+    @admin.display(description="thread", ordering="thread")
+    def thread_link(self, obj: Message) -> str:
+        return admin_link("thread", obj.thread_id)
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: Message) -> str:
+        return admin_link("run", obj.run_id)
+
+
+@admin.register(Snapshot)
+class SnapshotAdmin(admin.ModelAdmin):
+    list_display = ["run_link", "agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at"]
+    list_filter = ["agent_id"]
+    search_fields = ["run__id", "thread_id", "resource_id"]
+    date_hierarchy = "suspended_at"
+    raw_id_fields = ["run", "step"]
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: Snapshot) -> str:
+        return admin_link("run", obj.run_id)
+
+
+@admin.register(SuspendedToolCall)
+class SuspendedToolCallAdmin(admin.ModelAdmin):
+    list_display = [
+        "tool_call_id", "tool_name", "status", "requires_approval", "run_link", "decision_link", "created_at",
+    ]
+    list_filter = ["status", "requires_approval", "tool_name", "run__agent_id"]
+    search_fields = ["tool_call_id", "run__id", "run__thread__id", "run__resource_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["run"]
+    raw_id_fields = ["run", "step", "decision"]
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: SuspendedToolCall) -> str:
+        return admin_link("run", obj.run_id)
+
+    @admin.display(description="decision")
+    def decision_link(self, obj: SuspendedToolCall) -> str:
+        return admin_link("decision", obj.decision_id)
+
+
+CSV_COLUMNS = [
+    "id", "decided_at", "kind", "agent_id", "run_id", "thread_id", "tool_call_id", "tool_name",
+    "decided_by_username", "via", "reason", "args", "edited_args", "resume_data",
+]
+
+
+@admin.action(description="Export selected decisions as CSV")
+def export_decisions_csv(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> HttpResponse:
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="decisions-{stamp}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(CSV_COLUMNS)
+    for d in queryset.order_by("decided_at", "id"):
+        row = []
+        for column in CSV_COLUMNS:
+            value = getattr(d, column)
+            if column in ("args", "edited_args", "resume_data"):
+                value = "" if value is None else json.dumps(value, ensure_ascii=False)
+            elif column == "decided_at":
+                value = value.isoformat()
+            row.append("" if value is None else value)
+        writer.writerow(row)
+    return response
+
+
+@admin.register(Decision)
+class DecisionAdmin(admin.ModelAdmin):
+    """The audit trail: nobody adds, edits or deletes a decision here, superusers included."""
+
+    list_display = ["id", "decided_at", "kind", "agent_id", "tool_name", "decided_by_username", "via", "run_link"]
+    list_filter = ["kind", "via", "agent_id", "decided_by_username"]
+    search_fields = ["id", "run__id", "thread_id", "tool_call_id", "decided_by_username", "run__resource_id"]
+    date_hierarchy = "decided_at"
+    actions = [export_decisions_csv]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: Decision) -> str:
+        return admin_link("run", obj.run_id)
+
+
+@admin.register(RunChunk)
+class RunChunkAdmin(admin.ModelAdmin):
+    list_display = ["id", "run_link", "seq", "type", "created_at"]
+    list_filter = ["type"]
+    search_fields = ["run__id"]
+    date_hierarchy = "created_at"
+    raw_id_fields = ["run"]
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: RunChunk) -> str:
+        return admin_link("run", obj.run_id)
+
+
+@admin.register(ToolEffect)
+class ToolEffectAdmin(admin.ModelAdmin):
+    list_display = ["tool_call_id", "tool_name", "run_id", "created_at"]
+    list_filter = ["tool_name"]
+    search_fields = ["tool_call_id", "run_id"]
+    date_hierarchy = "created_at"
+
+
+@admin.register(BackgroundTask)
+class BackgroundTaskAdmin(admin.ModelAdmin):
+    list_display = ["id", "tool_name", "status", "agent_id", "run_link", "attempts", "created_at", "completed_at"]
+    list_filter = ["status", "agent_id", "tool_name"]
+    search_fields = ["id", "run__id", "thread_id", "tool_call_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["run"]
+    raw_id_fields = ["run"]
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: BackgroundTask) -> str:
+        return admin_link("run", obj.run_id)
+
+
+def _register_the_rest() -> None:
+    """Models added later (idempotency keys, …) still show up, with a plain read-mostly admin."""
+    from django.apps import apps
+
+    for model in apps.get_app_config("agentrun").get_models():
+        if not admin.site.is_registered(model):
+            names = [f.name for f in model._meta.fields]
+            admin.site.register(
+                model,
+                type(
+                    f"{model.__name__}Admin",
+                    (admin.ModelAdmin,),
+                    {
+                        "list_display": names[:6],
+                        "search_fields": [n for n in names if n in ("id", "key", "run", "run_id", "tool_call_id")],
+                        "date_hierarchy": "created_at" if "created_at" in names else None,
+                    },
+                ),
+            )
+
+
+_register_the_rest()

@@ -1,0 +1,37 @@
+"""``ws/approvals/``: the reviewers' live feed, as HTML fragments the htmx ``ws`` extension swaps in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from agentrun.access import can_view
+from agentrun.fanout import APPROVALS_GROUP
+
+
+class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
+    """Tells open inbox and thread pages that calls opened or left; the pages re-fetch what changed."""
+
+    joined = False
+
+    async def connect(self) -> None:
+        if not await database_sync_to_async(can_view)(self.scope.get("user")):
+            await self.close(code=4403)  # before accept: the handshake is refused
+            return
+        await self.channel_layer.group_add(APPROVALS_GROUP, self.channel_name)
+        self.joined = True
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.joined:
+            await self.channel_layer.group_discard(APPROVALS_GROUP, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """The feed only speaks; what a page sends is ignored."""
+
+    async def approvals_event(self, message: dict[str, Any]) -> None:
+        # An out-of-band swap of the pages' #live-status; its arrival triggers their refresh (hx-trigger).
+        await self.send(text_data=render_to_string("approvals/feed_event.html", {"event": message}))

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from approvals import views
+
+app_name = "approvals"
+
+urlpatterns = [
+    path("", views.inbox, name="inbox"),
+    path("threads/<str:thread_id>/", views.thread_detail, name="thread"),
+    path("runs/<str:run_id>/", views.run_detail, name="run"),
+    path("runs/<str:run_id>/calls/<str:tool_call_id>/decide", views.decide_call, name="decide"),
+    path("history/", views.history, name="history"),
+]

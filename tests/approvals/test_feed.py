@@ -1,0 +1,45 @@
+"""``ws/approvals/``: readers get an htmx fragment per change; anonymous sockets are refused."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from agentrun.access import VIEWERS, ensure_groups
+from agentrun.asgi import application
+from tests.factories import EMAIL, suspended_email_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = [(b"origin", b"http://localhost")]
+
+
+@sync_to_async
+def viewer_token() -> str:
+    from django.contrib.auth.models import Group, User
+    from rest_framework.authtoken.models import Token
+
+    ensure_groups()
+    user = User.objects.create_user("vic", password="pw-12345678")
+    user.groups.add(Group.objects.get(name=VIEWERS))
+    return Token.objects.create(user=user).key
+
+
+async def test_anonymous_socket_is_refused():
+    comm = WebsocketCommunicator(application, "/ws/approvals/", headers=ORIGIN)
+    connected, _ = await comm.connect()
+    assert not connected
+
+
+async def test_a_suspension_reaches_the_feed_as_an_oob_fragment():
+    token = await viewer_token()
+    comm = WebsocketCommunicator(application, f"/ws/approvals/?token={token}", headers=ORIGIN)
+    connected, _ = await comm.connect()
+    assert connected
+    run_id = await suspended_email_run(thread="t-feed", args=dict(EMAIL, subject="<b>hi</b>"))
+    frame = await comm.receive_from(timeout=5)
+    assert frame.startswith('<div id="live-status" hx-swap-oob="true"')
+    assert 'data-event="suspended"' in frame and f'data-run-id="{run_id}"' in frame
+    assert 'data-thread-id="t-feed"' in frame and "<b>" not in frame
+    await comm.disconnect()
