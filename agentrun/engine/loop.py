@@ -421,7 +421,10 @@ async def _inner_outcome(inner_agent: Agent, inner_run_id: str, result: SegmentR
 
     run = await db(store.load_run)(inner_run_id)
     if run.status == Run.Status.COMPLETED:
-        return Outcome("ok", output=store.output_text({"text": result.text}), result={"text": result.text})
+        # The answer is read from the run, not from this segment: a segment that found the inner run
+        # already completed (decided by the sub-agent itself, or a retried continuation) made no model call.
+        text = await db(store.final_answer)(inner_run_id)
+        return Outcome("ok", output=store.output_text({"text": text}), result={"text": text})
     if run.status == Run.Status.SUSPENDED:
         inner = await db(first_open_call)(inner_run_id)
         return Outcome(

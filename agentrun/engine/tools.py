@@ -85,7 +85,8 @@ class Tool:
     def _args_model_from_hints(self) -> type[pydantic.BaseModel]:
         if self.fn is None:
             return pydantic.create_model(f"{self.id}_args", __config__=pydantic.ConfigDict(extra="forbid"))
-        hints = typing.get_type_hints(self.fn)
+        # include_extras: keep Annotated[..., Field(gt=0)] constraints (they are the tool's schema).
+        hints = typing.get_type_hints(self.fn, include_extras=True)
         fields: dict[str, Any] = {}
         for name, param in inspect.signature(self.fn).parameters.items():
             annotation = hints.get(name, Any)

@@ -1,0 +1,96 @@
+"""Suite-wide rules: PostgreSQL-only tests, CI strictness, and a clean agent registry.
+
+- Tests marked ``postgres`` are *deselected* (not skipped) when the database is not PostgreSQL: a
+  SQLite run reports them as deselected, so nothing looks skipped by accident.
+- In CI (``CI=true``) with ``DATABASE_URL`` pointing at PostgreSQL, an unreachable server fails the
+  run at once instead of skipping anything.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+POSTGRES_SCHEMES = ("postgres://", "postgresql://", "pgsql://", "postgis://")
+
+
+def _database_vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
+
+
+def _wants_postgres() -> bool:
+    return os.environ.get("DATABASE_URL", "").startswith(POSTGRES_SCHEMES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _database_vendor() == "postgresql":
+        return
+    kept, deselected = [], []
+    for item in items:
+        (deselected if item.get_closest_marker("postgres") else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("CI", "").strip().lower() not in {"1", "true", "yes"} or not _wants_postgres():
+        return
+    import psycopg
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    try:
+        # The maintenance database: the test database does not exist yet at this point.
+        psycopg.connect(
+            host=db.get("HOST") or None,
+            port=db.get("PORT") or None,
+            user=db.get("USER") or None,
+            password=db.get("PASSWORD") or None,
+            dbname="postgres",
+            connect_timeout=5,
+        ).close()
+    except psycopg.Error as exc:
+        pytest.exit(f"CI: DATABASE_URL points at PostgreSQL but it is unreachable: {exc}", returncode=1)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """One test database per pytest process: two suites run at once (the engine suite beside the e2e
+    one, two checkouts on one machine) must not create, flush or drop each other's database."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    test = db.setdefault("TEST", {})
+    if db["ENGINE"].endswith("sqlite3"):
+        if test.get("NAME") and test["NAME"] != ":memory:":
+            test["NAME"] = f"{test['NAME']}.{os.getpid()}"
+    else:
+        test["NAME"] = f"{test.get('NAME') or 'test_' + db['NAME']}_{os.getpid()}"
+
+
+@pytest.fixture(autouse=True)
+def _restore_agent_registry():
+    """Tests may register throw-away agents (or re-create demo ones); put the registry back after."""
+    from agentrun.engine import agents
+
+    saved = dict(agents._registry)
+    yield
+    agents._registry.clear()
+    agents._registry.update(saved)
+
+
+@pytest.fixture(autouse=True)
+async def _close_engine_db_connections():
+    """The engine's database work runs in asgiref's sync thread; close its connection after each test.
+
+    Otherwise it outlives the test (and PostgreSQL refuses to drop the test database at the end).
+    """
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()

@@ -1,0 +1,150 @@
+"""Sub-agents (CONTRACT §3.6): approvals inside ``billing-agent`` surface on the supervisor's outer run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from agentrun import AgentRunError, get_agent, get_run
+from agentrun.models import Decision, ToolEffect
+from tests.factories import collect, final_answer, of_type, start, tool_line
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REFUND = {"orderId": "A-17", "amount": 25.5}
+
+
+async def _supervised_refund(refund: dict | None = None) -> tuple[str, dict, list[dict]]:
+    message = tool_line("agent-billing-agent", {"message": tool_line("refund", refund or REFUND)})
+    stream, chunks = await start("support-supervisor", message, thread="t-sup", resource="u-sup")
+    [approval] = of_type(chunks, "tool-call-approval")
+    return stream.run_id, approval["payload"], chunks
+
+
+@sync_to_async
+def _effects() -> list[ToolEffect]:
+    return list(ToolEffect.objects.all())
+
+
+async def test_supervisor_sees_the_outer_run_and_the_sub_agent_only_the_inner_one():
+    outer_id, payload, chunks = await _supervised_refund()
+    assert chunks[-1]["payload"]["finishReason"] == "suspended"
+    assert payload["toolName"] == "agent-billing-agent"
+    assert payload["innerAgentId"] == "billing-agent"
+    inner_id = payload["innerRunId"]
+    assert inner_id and inner_id != outer_id
+    assert payload["innerToolCallId"]
+
+    supervisor, billing = get_agent("support-supervisor"), get_agent("billing-agent")
+    [outer] = (await supervisor.list_suspended_runs()).runs
+    assert outer.run_id == outer_id
+    [outer_call] = outer.tool_calls
+    assert outer_call.requires_approval is True
+    assert (outer_call.inner_agent_id, outer_call.inner_run_id, outer_call.inner_tool_call_id) == (
+        "billing-agent", inner_id, payload["innerToolCallId"],
+    )
+    assert outer_call.to_dict()["innerRunId"] == inner_id
+
+    [inner] = (await billing.list_suspended_runs()).runs
+    assert inner.run_id == inner_id
+    assert inner.tool_calls[0].tool_name == "refund" and inner.tool_calls[0].args == REFUND
+    assert inner.tool_calls[0].tool_call_id == payload["innerToolCallId"]
+    # The inner run lives on the outer run's thread and resource.
+    assert (inner.thread_id, inner.resource_id) == ("t-sup", "u-sup")
+    assert (await get_run(inner_id)).parent_run_id == outer_id
+
+    # Neither agent reaches the other's run.
+    with pytest.raises(AgentRunError) as err:
+        await supervisor.approve_tool_call(run_id=inner_id)
+    assert err.value.code == "RUN_NOT_FOUND"
+    with pytest.raises(AgentRunError) as err:
+        await billing.approve_tool_call(run_id=outer_id)
+    assert err.value.code == "RUN_NOT_FOUND"
+    assert (await get_agent("support-agent").list_suspended_runs()).total == 0
+
+
+async def test_approving_the_outer_call_resumes_the_inner_run_and_both_complete():
+    outer_id, payload, _ = await _supervised_refund()
+    inner_id = payload["innerRunId"]
+    supervisor = get_agent("support-supervisor")
+    _, chunks = await collect(supervisor.approve_tool_call(run_id=outer_id))
+    assert chunks[-1]["payload"]["finishReason"] == "stop"
+    assert (await get_run(outer_id)).status == "completed"
+    assert (await get_run(inner_id)).status == "completed"
+    assert await final_answer(inner_id) == 'refund: {"refunded": 25.5, "orderId": "A-17"}'
+    answer = await final_answer(outer_id)
+    assert answer.startswith("agent-billing-agent: ")
+    assert json.loads(answer.removeprefix("agent-billing-agent: "))["text"] == (
+        'refund: {"refunded": 25.5, "orderId": "A-17"}'
+    )
+    [effect] = await _effects()
+    assert effect.tool_name == "refund" and effect.payload == REFUND
+    assert (await supervisor.list_suspended_runs()).total == 0
+    assert (await get_agent("billing-agent").list_suspended_runs()).total == 0
+
+
+async def test_declining_the_outer_call_carries_the_reason_into_the_answer():
+    outer_id, payload, _ = await _supervised_refund()
+    supervisor = get_agent("support-supervisor")
+    await collect(supervisor.decline_tool_call(run_id=outer_id, reason="refund limit reached"))
+    assert (await get_run(outer_id)).status == "completed"
+    assert (await get_run(payload["innerRunId"])).status == "completed"
+    assert "refund: denied: refund limit reached" in await final_answer(outer_id)
+    assert await _effects() == []
+
+    @sync_to_async
+    def kinds():
+        return sorted(Decision.objects.values_list("agent_id", "kind", "reason"))
+
+    # The outer decision and the one it made on the inner run are both on the audit trail.
+    assert await kinds() == [
+        ("billing-agent", "decline", "refund limit reached"),
+        ("support-supervisor", "decline", "refund limit reached"),
+    ]
+
+
+async def test_approving_the_outer_call_with_edited_args_validates_them_against_the_inner_tool():
+    outer_id, _, _ = await _supervised_refund()
+    supervisor = get_agent("support-supervisor")
+    with pytest.raises(AgentRunError) as err:
+        await supervisor.approve_tool_call(run_id=outer_id, args={"orderId": "A-17", "amount": -1})
+    assert err.value.code == "ARGS_INVALID"
+    assert (await supervisor.list_suspended_runs()).total == 1
+    await collect(supervisor.approve_tool_call(run_id=outer_id, args={"orderId": "A-17", "amount": 10}))
+    [effect] = await _effects()
+    assert effect.payload == {"orderId": "A-17", "amount": 10.0}
+    assert '\\"refunded\\": 10.0' in await final_answer(outer_id)
+
+
+async def test_an_inner_run_decided_from_the_sub_agent_still_answers_the_outer_call():
+    """The sub-agent may decide its inner run itself; the outer call, decided later, carries its answer
+    (the same path a retried outer continuation takes once the inner run has already completed)."""
+    outer_id, payload, _ = await _supervised_refund()
+    await collect(get_agent("billing-agent").approve_tool_call(run_id=payload["innerRunId"]))
+    assert (await get_run(payload["innerRunId"])).status == "completed"
+    supervisor = get_agent("support-supervisor")
+    await collect(supervisor.approve_tool_call(run_id=outer_id))
+    assert (await get_run(outer_id)).status == "completed"
+    answer = json.loads((await final_answer(outer_id)).removeprefix("agent-billing-agent: "))
+    assert answer["text"] == 'refund: {"refunded": 25.5, "orderId": "A-17"}'
+    assert len(await _effects()) == 1
+
+
+async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_on_both_runs():
+    from django.contrib.auth.models import User
+
+    rita = await User.objects.acreate(username="rita")
+    outer_id, payload, _ = await _supervised_refund()
+    await collect(get_agent("support-supervisor").approve_tool_call(run_id=outer_id, decided_by=rita, via="dashboard"))
+    assert (await get_run(outer_id)).status == "completed"
+
+    @sync_to_async
+    def trail():
+        return sorted(Decision.objects.values_list("run_id", "decided_by_id", "decided_by_username", "via"))
+
+    assert await trail() == sorted([
+        (outer_id, rita.pk, "rita", "dashboard"),
+        (payload["innerRunId"], rita.pk, "rita", "dashboard"),
+    ])

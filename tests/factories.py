@@ -1,0 +1,148 @@
+"""Helpers that build runs the way a user would (through the engine), in one place.
+
+Runs are started with the offline ``directive`` model (CONTRACT §7): a line ``/tool <id> <json>`` of the
+user message makes a tool call. ``RecordingModel`` is the one scripted piece: a language model that
+remembers what it was sent.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from agentrun.engine.agents import get_agent
+from agentrun.engine.providers import DirectiveModel
+from agentrun.models import Message, Run, RunChunk, RunStep, Snapshot
+
+EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
+
+
+def tool_line(tool_id: str, args: dict | str) -> str:
+    return f"/tool {tool_id} {args if isinstance(args, str) else json.dumps(args)}"
+
+
+def of_type(chunks: list[dict], type_: str) -> list[dict]:
+    return [c for c in chunks if c["type"] == type_]
+
+
+def text_of(chunks: list[dict]) -> str:
+    """The text the chunks carry (all text-deltas, joined)."""
+    return "".join(c["payload"]["text"] for c in of_type(chunks, "text-delta"))
+
+
+async def collect(stream_or_coro: Any) -> tuple[Any, list[dict]]:
+    """Await a stream (or the coroutine returning one) and read it to the end."""
+    stream = await stream_or_coro if not hasattr(stream_or_coro, "full_stream") else stream_or_coro
+    chunks = await stream.collect()
+    return stream, chunks
+
+
+async def start(agent_id: str, message: str, *, thread: str | None = "thread-1", resource: str | None = "user-1",
+                **options: Any) -> tuple[Any, list[dict]]:
+    """Start a run on a demo agent and read its first segment to the end."""
+    memory = {"thread": thread, "resource": resource} if thread else None
+    return await collect(get_agent(agent_id).stream(message, memory=memory, **options))
+
+
+async def suspended_email_run(*, thread: str = "thread-1", resource: str = "user-1", agent_id: str = "support-agent",
+                              args: dict | None = None) -> str:
+    """A support-agent run waiting for approval of one ``send-email`` call; returns its run id."""
+    stream, chunks = await start(agent_id, tool_line("send-email", args or EMAIL), thread=thread, resource=resource)
+    assert of_type(chunks, "finish")[-1]["payload"]["finishReason"] == "suspended", chunks
+    return stream.run_id
+
+
+async def open_call_ids(agent_id: str, run_id: str) -> list[str]:
+    page = await get_agent(agent_id).list_suspended_runs()
+    run = next(r for r in page.runs if r.run_id == run_id)
+    return [c.tool_call_id for c in run.tool_calls]
+
+
+@sync_to_async
+def set_created_at(run_id: str, created_at: datetime) -> None:
+    """Move a run (and its snapshot) in time: the listing's date bounds apply to the run's createdAt."""
+    Run.objects.filter(pk=run_id).update(created_at=created_at)
+    Snapshot.objects.filter(run_id=run_id).update(created_at=created_at)
+
+
+@sync_to_async
+def load_run(run_id: str) -> Run:
+    return Run.objects.get(pk=run_id)
+
+
+@sync_to_async
+def steps_of(run_id: str) -> list[RunStep]:
+    return list(RunStep.objects.filter(run_id=run_id).order_by("created_at", "id"))
+
+
+@sync_to_async
+def chunk_rows(run_id: str) -> list[RunChunk]:
+    return list(RunChunk.objects.filter(run_id=run_id).order_by("seq"))
+
+
+@sync_to_async
+def final_answer(run_id: str) -> str:
+    """The content of the run's last assistant message: what the user reads."""
+    message = Message.objects.filter(run_id=run_id, role=Message.Role.ASSISTANT).order_by("created_at", "id").last()
+    return message.content if message else ""
+
+
+@sync_to_async
+def snapshot_exists(run_id: str) -> bool:
+    return Snapshot.objects.filter(run_id=run_id).exists()
+
+
+class RecordingModel(DirectiveModel):
+    """The directive model, remembering the messages of every call (to check thread memory)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.calls: list[list[dict]] = []
+
+    async def stream(self, messages: list[dict], tools: list) -> Any:
+        self.calls.append([dict(m) for m in messages])
+        async for event in super().stream(messages, tools):
+            yield event
+
+
+def bulk_suspended_runs(count: int, *, agents: int = 10, threads: int = 400, resources: int = 150,
+                        start: datetime | None = None, spacing_s: int = 37) -> list[str]:
+    """Write ``count`` suspended runs straight to the tables (what the engine leaves behind), fast.
+
+    Spread over ``agents`` agents (``bulk-agent-<n>``), threads and resources, with created_at one
+    ``spacing_s`` apart from ``start``. For volume tests of the listing query only: nothing drives them.
+    """
+    from datetime import UTC, timedelta
+
+    from agentrun.models import SuspendedToolCall, Thread
+
+    start = start or datetime(2024, 1, 1, tzinfo=UTC)
+    thread_rows = [Thread(id=f"bulk-thread-{t}", resource_id=f"bulk-user-{t % resources}") for t in range(threads)]
+    Thread.objects.bulk_create(thread_rows, batch_size=2000)
+    runs, steps, snapshots, calls = [], [], [], []
+    for i in range(count):
+        agent_id = f"bulk-agent-{i % agents}"
+        thread_id = f"bulk-thread-{(i * 7) % threads}"
+        resource_id = f"bulk-user-{((i * 7) % threads) % resources}"
+        created_at = start + timedelta(seconds=i * spacing_s)
+        run_id, step_id, call_id = f"run_bulk_{i:07d}", f"step_bulk_{i:07d}", f"call_bulk_{i:07d}"
+        runs.append(Run(id=run_id, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id,
+                        status=Run.Status.SUSPENDED, created_at=created_at, started_at=created_at,
+                        suspended_at=created_at, step_count=1))
+        steps.append(RunStep(id=step_id, run_id=run_id, agent_id=agent_id, thread_id=thread_id,
+                             type=RunStep.Type.TOOL_CALLS, created_at=created_at,
+                             step_details={"type": "tool_calls", "toolCalls": [
+                                 {"id": call_id, "type": "function",
+                                  "function": {"name": "send-email", "arguments": json.dumps(EMAIL), "output": None}},
+                             ]}))
+        snapshots.append(Snapshot(run_id=run_id, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id,
+                                  created_at=created_at, suspended_at=created_at, step_id=step_id))
+        calls.append(SuspendedToolCall(run_id=run_id, step_id=step_id, tool_call_id=call_id, tool_name="send-email",
+                                       args=EMAIL, requires_approval=True, created_at=created_at))
+    for model, rows in ((Run, runs), (RunStep, steps), (Snapshot, snapshots), (SuspendedToolCall, calls)):
+        model.objects.bulk_create(rows, batch_size=2000)
+    return [r.id for r in runs]
