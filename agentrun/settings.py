@@ -194,3 +194,18 @@ AGENTRUN_LEASE_SECONDS = float(os.environ.get("AGENTRUN_LEASE_SECONDS", "30"))
 AGENTRUN_SWEEP_SECONDS = float(os.environ.get("AGENTRUN_SWEEP_SECONDS", "5"))
 # The server process sweeps too (expiry, stalled runs, lost background tasks); workers always do.
 AGENTRUN_EMBEDDED_SWEEPER = env_bool("AGENTRUN_EMBEDDED_SWEEPER", True)
+
+# --- production behind TLS (AGENTRUN_HTTPS=1): secure cookies, HTTPS redirect, HSTS ------------
+if env_bool("AGENTRUN_HTTPS", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("AGENTRUN_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("AGENTRUN_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    # Health checks come over plain HTTP from the load balancer.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/?$"]
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True

@@ -16,9 +16,10 @@ def parse_datetime_bound(value: datetime | str | None, name: str) -> datetime | 
     """An aware datetime (naive = UTC) from a datetime or an ISO 8601 string; INVALID_DATE otherwise."""
     if value is None or value == "":
         return None
+    parsed = None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, str):
+        parsed = value
+    elif isinstance(value, str):
         text = value.strip()
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
@@ -26,6 +27,12 @@ def parse_datetime_bound(value: datetime | str | None, name: str) -> datetime | 
             parsed = datetime.fromisoformat(text)
         except ValueError:
             parsed = None
-        if parsed is not None:
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    raise AgentRunError("INVALID_DATE", f"{name} must be an ISO 8601 date-time, got {value!r}")
+    if parsed is None:
+        raise AgentRunError("INVALID_DATE", f"{name} must be an ISO 8601 date-time, got {value!r}")
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        # In UTC: PostgreSQL refuses some offsets Python accepts (up to ±24 h).
+        return parsed.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise AgentRunError("INVALID_DATE", f"{name} is out of range: {value!r}") from None

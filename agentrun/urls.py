@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from django.views.generic import RedirectView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/", include("agentrun.api.urls")),
+    path("approvals/", include("approvals.urls")),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", RedirectView.as_view(url="/approvals/", permanent=False)),
 ]

@@ -94,3 +94,29 @@ async def _close_engine_db_connections():
     from django.db import connections
 
     await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture(autouse=True)
+def _engine_settles_before_flush(request):
+    """A 202 decision or a background task goes on after the test body returns. Let that work end
+    before the transactional test's flush: otherwise the flush deadlocks with it on PostgreSQL, or it
+    runs into the next test."""
+    marker = request.node.get_closest_marker("django_db")
+    transactional = "transactional_db" in request.fixturenames or bool(marker and marker.kwargs.get("transaction"))
+    if not transactional:
+        yield
+        return
+    request.getfixturevalue("transactional_db")  # set up first, so torn down after this fixture
+    yield
+    import time
+
+    from django.utils import timezone
+
+    from agentrun.models import BackgroundTask, Run
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        busy = Run.objects.filter(lease_owner__isnull=False, lease_expires_at__gt=timezone.now()).exists()
+        if not busy and not BackgroundTask.objects.filter(status__in=["pending", "running"]).exists():
+            break
+        time.sleep(0.05)

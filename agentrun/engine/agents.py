@@ -146,11 +146,12 @@ class Agent:
         """Start a run; chunks arrive on ``full_stream``. ``stream.run_id`` is known at once."""
         normalized = normalize_messages(messages)
         thread_id, resource_id = normalize_memory(memory)
+        until_idle = normalize_until_idle(until_idle)
         options = {
             "max_steps": normalize_max_steps(max_steps),
             "require_tool_approval": bool(require_tool_approval),
             # Without memory there is no thread to write results back to: a plain stream (CONTRACT §3.10).
-            "until_idle": normalize_until_idle(until_idle) if thread_id else None,
+            "until_idle": until_idle if thread_id else None,
         }
         run = await db(store.create_run)(
             agent_id=self.id,
@@ -254,7 +255,11 @@ class Agent:
     # --- decisions ------------------------------------------------------------------------------
     async def _decide(self, kind: str, **kwargs: Any) -> RunStream:
         outcome = await db(decide)(agent_id=self.id, kind=kind, **kwargs)
-        return self._drive(outcome.decision.run_id, decision=outcome)
+        return await self.continue_stream(outcome.decision.run_id, decision=outcome)
+
+    async def continue_stream(self, run_id: str, *, decision: Any = None) -> RunStream:
+        """Drive the run's next segment here and stream it (after a decision recorded elsewhere)."""
+        return self._drive(run_id, decision=decision)
 
     async def approve_tool_call(
         self, *, run_id: str, tool_call_id: str | None = None, args: dict | None = None,

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agentrun.errors import AgentRunError
 from agentrun.fanout import notify_approvals
+from agentrun.timeutil import iso
 from agentrun.models import Decision, Run, RunStep, Snapshot, SuspendedToolCall
 
 DECISION_KINDS = {"approve", "decline", "resume"}
@@ -48,7 +49,7 @@ def _already_decided(decision: Decision) -> AgentRunError:
             "toolCallId": decision.tool_call_id,
             "decision": decision.kind,
             "decidedBy": decision.decided_by_username,
-            "decidedAt": decision.decided_at.isoformat(),
+            "decidedAt": iso(decision.decided_at),
             "via": decision.via,
         },
     )

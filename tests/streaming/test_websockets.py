@@ -133,3 +133,22 @@ async def test_socket_without_credentials_or_origin_is_refused():
     connected, _ = await no_origin.connect()
     assert not connected
     await asyncio.sleep(0)
+
+
+async def test_a_client_that_disconnects_does_not_stop_the_run():
+    token = await reviewer_token()
+    comm = communicator("/ws/agents/support-agent/", token)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"action": "stream", "messages": "/sleep 300\nstill here", "memory": {"thread": "ws-5"}})
+    start = await comm.receive_json_from(timeout=5)
+    await comm.disconnect()
+    from agentrun.models import Run
+
+    for _ in range(100):
+        run = await Run.objects.aget(pk=start["runId"])
+        if run.status == Run.Status.COMPLETED:
+            break
+        await asyncio.sleep(0.05)
+    assert run.status == Run.Status.COMPLETED
+    texts = [c.payload["text"] async for c in RunChunk.objects.filter(run_id=run.id, type="text-delta").order_by("seq")]
+    assert "".join(texts) == "Echo: /sleep 300\nstill here"

@@ -1,0 +1,41 @@
+"""Server-sent events (CONTRACT §5): ``id: <seq>``, ``event: chunk``, ``data: <chunk JSON>``, then ``done``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+from django.http import StreamingHttpResponse
+
+from agentrun.errors import AgentRunError
+
+logger = logging.getLogger("agentrun.api")
+
+DONE = b"event: done\ndata: [DONE]\n\n"
+
+
+def chunk_event(chunk: dict) -> bytes:
+    return f"id: {chunk['seq']}\nevent: chunk\ndata: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+
+
+async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
+    async with aclosing(chunks) as source:
+        try:
+            async for chunk in source:
+                yield chunk_event(chunk)
+        except AgentRunError as exc:
+            # The response has started: the error travels as an event, then the stream ends.
+            yield f"event: error\ndata: {json.dumps(exc.to_dict())}\n\n".encode()
+        except Exception:
+            logger.exception("an event stream failed")
+            yield b'event: error\ndata: {"error": {"code": "server_error", "message": "the stream failed"}}\n\n'
+    yield DONE
+
+
+def event_stream_response(chunks: AsyncIterator[dict], status: int = 200) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(_events(chunks), status=status, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: send each event at once
+    return response

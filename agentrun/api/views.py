@@ -1,0 +1,409 @@
+"""The REST API of CONTRACT §4: thin views over the engine's services and selectors.
+
+JSON endpoints are ordinary DRF views. The event-stream endpoints are DRF views too (same
+authentication, permissions and error envelope) that answer with a ``StreamingHttpResponse`` over an
+async iterator, which Django serves without a thread under ASGI. Engine coroutines are started with
+``async_to_sync``: under ASGI that runs them on the server's event loop, so the run they start
+outlives the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentrun import access
+from agentrun.api import serializers as s
+from agentrun.api.http import ApiView, EventStreamRenderer, choice_param, int_param, wants_event_stream
+from agentrun.api.idempotency import decide_via_api, fingerprint
+from agentrun.api.pagination import cursor_page, list_envelope
+from agentrun.api.sse import event_stream_response
+from agentrun.engine import background
+from agentrun.engine.agents import Agent, all_agents, generate_result, get_agent
+from agentrun.engine.decisions import cancel_run, expire_run_if_due
+from agentrun.engine.dispatch import continue_in_background
+from agentrun.errors import AgentRunError
+from agentrun.fanout import subscribe
+from agentrun.models import BackgroundTask, Decision, Message, Run, RunStep, Thread
+from agentrun.selectors import list_suspended_runs
+from agentrun.timeutil import parse_datetime_bound
+from agentrun.wire import decision_kwargs, stream_kwargs
+
+JSON = "application/json"
+
+
+def errors(*statuses: int) -> dict:
+    """The error envelope for each status an endpoint can answer with."""
+    return {status: OpenApiResponse(s.ErrorSerializer, description="Error envelope") for status in statuses}
+
+
+READ_ERRORS = (400, 401, 403, 404)
+WRITE_ERRORS = (400, 401, 403, 404, 413)
+SSE_RESPONSE = OpenApiResponse(
+    OpenApiTypes.STR,
+    description="Server-sent events: `id: <seq>`, `event: chunk`, `data: <chunk JSON>`; "
+    "the stream ends with `event: done` / `data: [DONE]`.",
+)
+
+
+def _param(name: str, description: str, type_: Any = str, **kwargs: Any) -> OpenApiParameter:
+    return OpenApiParameter(name, type_, OpenApiParameter.QUERY, required=False, description=description, **kwargs)
+
+
+CURSOR_PARAMS = [
+    _param("limit", "1..100, default 20", int),
+    _param("order", "by creation time, default desc", str, enum=["asc", "desc"]),
+    _param("after", "an object id: the page after it in this order"),
+    _param("before", "an object id: the page before it in this order"),
+]
+
+
+def _run_or_404(run_id: str) -> Run:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise AgentRunError("RUN_NOT_FOUND", f"No run {run_id}.")
+    return run
+
+
+def _seq_param(value: str | None, name: str) -> int:
+    return int_param(value, name=name, default=0, minimum=0, maximum=2**31 - 1)
+
+
+# --- agents --------------------------------------------------------------------------------------
+class AgentListView(ApiView):
+    @extend_schema(
+        operation_id="agents_list", tags=["agents"], responses={200: s.AgentListSerializer, **errors(401, 403)}
+    )
+    def get(self, request: Request) -> Response:
+        return Response(list_envelope([agent.to_dict() for agent in all_agents()]))
+
+
+class AgentStreamView(ApiView):
+    renderer_classes = [*ApiView.renderer_classes, EventStreamRenderer]
+    required_permissions = {"POST": access.START_PERMISSION}
+
+    @extend_schema(
+        operation_id="agents_stream",
+        tags=["agents"],
+        request={JSON: s.StreamRequestSerializer},
+        responses={(200, "text/event-stream"): SSE_RESPONSE, **errors(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - the contract's path parameter
+        agent = get_agent(agentId)
+        kwargs = stream_kwargs(self.body())
+        stream = start_detached(agent.stream, **kwargs)
+        return event_stream_response(stream.full_stream)
+
+
+class AgentGenerateView(ApiView):
+    required_permissions = {"POST": access.START_PERMISSION}
+
+    @extend_schema(
+        operation_id="agents_generate",
+        tags=["agents"],
+        request={JSON: s.StreamRequestSerializer},
+        responses={200: s.GenerateResponseSerializer, **errors(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request, agentId: str) -> Response:  # noqa: N803
+        agent = get_agent(agentId)
+        kwargs = stream_kwargs(self.body())
+        return Response(async_to_sync(_generate)(agent, kwargs))
+
+
+async def _generate(agent: Agent, kwargs: dict) -> dict:
+    stream = await agent.stream(**kwargs)
+    await stream.collect()
+    return await generate_result(stream)
+
+
+class SuspendedRunsView(ApiView):
+    @extend_schema(
+        operation_id="agents_suspended_runs",
+        tags=["agents"],
+        parameters=[
+            _param("threadId", "only runs of this thread"),
+            _param("resourceId", "only runs of this resource"),
+            _param("fromDate", "createdAt ≥ this ISO 8601 date-time", OpenApiTypes.DATETIME),
+            _param("toDate", "createdAt ≤ this ISO 8601 date-time", OpenApiTypes.DATETIME),
+            _param("perPage", "1..1000; pages only when page is given too", int),
+            _param("page", "≥ 0, zero-based; pages only when perPage is given too", int),
+        ],
+        responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
+    )
+    def get(self, request: Request, agentId: str) -> Response:  # noqa: N803
+        agent = get_agent(agentId)
+        q = request.query_params
+        page = list_suspended_runs(
+            agent_id=agent.id,
+            thread_id=q.get("threadId") or None,
+            resource_id=q.get("resourceId") or None,
+            from_date=q.get("fromDate"),
+            to_date=q.get("toDate"),
+            per_page=q.get("perPage"),
+            page=q.get("page"),
+        )
+        return Response(page.to_dict())
+
+
+# --- decisions -----------------------------------------------------------------------------------
+class DecisionView(ApiView):
+    """approve / decline / resume: 202 and a server-side continuation, or the continuation as SSE."""
+
+    kind = ""
+    renderer_classes = [*ApiView.renderer_classes, EventStreamRenderer]
+    required_permissions = {"POST": access.DECIDE_PERMISSION}
+
+    def decide(self, request: Request, agent_id: str, run_id: str) -> Any:
+        agent = get_agent(agent_id)
+        body = self.body()
+        answer = decide_via_api(
+            user=request.user,
+            agent_id=agent.id,
+            run_id=run_id,
+            kind=self.kind,
+            decision_kwargs=decision_kwargs(self.kind, body),
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            request_fingerprint=fingerprint(request.method, request.path, body),
+        )
+        if wants_event_stream(request):
+            if answer.replayed:
+                return event_stream_response(subscribe(answer.run_id, answer.stream_after, until="rest"))
+            # The decision is committed; drive its continuation as Agent.approve_tool_call() does.
+            stream = start_detached(agent.continue_stream, answer.run_id, decision=answer.outcome)
+            return event_stream_response(stream.full_stream)
+        if not answer.replayed:
+            continue_in_background(agent.id, answer.run_id)
+        return Response(answer.body, status=answer.status)
+
+
+def start_detached(start: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+    """Start a run's producer from this sync view, on the server's loop, for a streamed response.
+
+    The task gets a fresh context: it must not inherit the request's thread-sensitive executor (asgiref
+    refuses calls through it once the request has ended), because the run outlives the request — a
+    client that hangs up does not stop it. (Callers that wait for the run to end in this thread must
+    not do this: the fresh context's database calls would queue behind this very thread.)
+    """
+
+    async def detached() -> Any:
+        return await asyncio.get_running_loop().create_task(start(*args, **kwargs), context=contextvars.Context())
+
+    return async_to_sync(detached)()
+
+
+def _decision_schema(kind: str, request: type) -> Any:
+    return extend_schema(
+        operation_id=f"runs_{kind}",
+        tags=["decisions"],
+        request={JSON: request},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                required=False,
+                description="A retried request with the same key (per user) gets the first answer.",
+            ),
+        ],
+        responses={
+            (202, JSON): s.DecisionAcceptedSerializer,
+            (200, "text/event-stream"): SSE_RESPONSE,
+            **errors(*WRITE_ERRORS, 409),
+        },
+        description=f"{kind.capitalize()} a suspended tool call. `Accept: text/event-stream` streams the "
+        "continuation in the response; otherwise 202 and the continuation runs server-side.",
+    )
+
+
+class ApproveView(DecisionView):
+    kind = "approve"
+
+    @_decision_schema("approve", s.ApproveRequestSerializer)
+    def post(self, request: Request, agentId: str, runId: str) -> Any:  # noqa: N803
+        return self.decide(request, agentId, runId)
+
+
+class DeclineView(DecisionView):
+    kind = "decline"
+
+    @_decision_schema("decline", s.DeclineRequestSerializer)
+    def post(self, request: Request, agentId: str, runId: str) -> Any:  # noqa: N803
+        return self.decide(request, agentId, runId)
+
+
+class ResumeView(DecisionView):
+    kind = "resume"
+
+    @_decision_schema("resume", s.ResumeRequestSerializer)
+    def post(self, request: Request, agentId: str, runId: str) -> Any:  # noqa: N803
+        return self.decide(request, agentId, runId)
+
+
+# --- runs ----------------------------------------------------------------------------------------
+class RunDetailView(ApiView):
+    @extend_schema(
+        operation_id="runs_retrieve", tags=["runs"], responses={200: s.RunSerializer, **errors(*READ_ERRORS)}
+    )
+    def get(self, request: Request, runId: str) -> Response:  # noqa: N803
+        expire_run_if_due(runId)  # a run past its time to live reads as expired, sweeper or not
+        return Response(_run_or_404(runId).to_dict())
+
+
+class RunCancelView(ApiView):
+    required_permissions = {"POST": access.CANCEL_PERMISSION}
+
+    @extend_schema(
+        operation_id="runs_cancel",
+        tags=["runs"],
+        request=None,
+        responses={200: s.RunSerializer, **errors(*WRITE_ERRORS, 409)},
+    )
+    def post(self, request: Request, runId: str) -> Response:  # noqa: N803
+        return Response(cancel_run(run_id=runId).to_dict())
+
+
+class RunStepListView(ApiView):
+    @extend_schema(
+        operation_id="runs_steps_list",
+        tags=["runs"],
+        parameters=CURSOR_PARAMS,
+        responses={200: s.StepListSerializer, **errors(*READ_ERRORS)},
+    )
+    def get(self, request: Request, runId: str) -> Response:  # noqa: N803
+        run = _run_or_404(runId)
+        return Response(cursor_page(RunStep.objects.filter(run=run), request.query_params))
+
+
+class RunStepDetailView(ApiView):
+    @extend_schema(
+        operation_id="runs_steps_retrieve", tags=["runs"], responses={200: s.StepSerializer, **errors(*READ_ERRORS)}
+    )
+    def get(self, request: Request, runId: str, stepId: str) -> Response:  # noqa: N803
+        run = _run_or_404(runId)
+        step = RunStep.objects.filter(run=run, pk=stepId).first()
+        if step is None:
+            raise AgentRunError("NOT_FOUND", f"Run {run.id} has no step {stepId}.")
+        return Response(step.to_dict())
+
+
+class RunStreamView(ApiView):
+    renderer_classes = [*ApiView.renderer_classes, EventStreamRenderer]
+
+    @extend_schema(
+        operation_id="runs_stream",
+        tags=["runs"],
+        parameters=[
+            _param("after", "replay chunks with seq > after (default 0; Last-Event-ID wins)", int),
+            OpenApiParameter(
+                "Last-Event-ID",
+                int,
+                OpenApiParameter.HEADER,
+                required=False,
+                description="the last seq received: the stream resumes after it",
+            ),
+        ],
+        responses={(200, "text/event-stream"): SSE_RESPONSE, **errors(*READ_ERRORS)},
+    )
+    def get(self, request: Request, runId: str) -> Any:  # noqa: N803
+        run = _run_or_404(runId)
+        last_event_id = request.headers.get("Last-Event-ID")
+        if last_event_id:
+            after = _seq_param(last_event_id, "Last-Event-ID")
+        else:
+            after = _seq_param(request.query_params.get("after"), "after")
+        return event_stream_response(subscribe(run.id, after, until="rest"))
+
+
+# --- threads, decisions, background tasks --------------------------------------------------------
+class ThreadMessageListView(ApiView):
+    @extend_schema(
+        operation_id="threads_messages_list",
+        tags=["threads"],
+        parameters=CURSOR_PARAMS,
+        responses={200: s.MessageListSerializer, **errors(*READ_ERRORS)},
+    )
+    def get(self, request: Request, threadId: str) -> Response:  # noqa: N803
+        if not Thread.objects.filter(pk=threadId).exists():
+            raise AgentRunError("NOT_FOUND", f"No thread {threadId}.")
+        return Response(cursor_page(Message.objects.filter(thread_id=threadId), request.query_params))
+
+
+class DecisionListView(ApiView):
+    @extend_schema(
+        operation_id="decisions_list",
+        tags=["decisions"],
+        parameters=[
+            _param("agentId", "only decisions on this agent's runs"),
+            _param("threadId", "only decisions on this thread"),
+            _param("runId", "only decisions on this run"),
+            _param("decidedBy", "username of the person who decided"),
+            _param("fromDate", "decidedAt ≥ this ISO 8601 date-time", OpenApiTypes.DATETIME),
+            _param("toDate", "decidedAt ≤ this ISO 8601 date-time", OpenApiTypes.DATETIME),
+            *CURSOR_PARAMS,
+        ],
+        responses={200: s.DecisionListSerializer, **errors(*READ_ERRORS)},
+    )
+    def get(self, request: Request) -> Response:
+        q = request.query_params
+        decisions = Decision.objects.all()
+        for param, field in (
+            ("agentId", "agent_id"),
+            ("threadId", "thread_id"),
+            ("runId", "run_id"),
+            ("decidedBy", "decided_by_username"),
+        ):
+            if value := q.get(param):
+                decisions = decisions.filter(**{field: value})
+        if (start := parse_datetime_bound(q.get("fromDate"), "fromDate")) is not None:
+            decisions = decisions.filter(decided_at__gte=start)
+        if (end := parse_datetime_bound(q.get("toDate"), "toDate")) is not None:
+            decisions = decisions.filter(decided_at__lte=end)
+        return Response(cursor_page(decisions, q, time_field="decided_at"))
+
+
+BACKGROUND_TASK_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timed_out")
+
+
+class BackgroundTaskListView(ApiView):
+    @extend_schema(
+        operation_id="background_tasks_list",
+        tags=["background tasks"],
+        parameters=[
+            _param("agentId", "only tasks of this agent"),
+            _param("threadId", "only tasks of this thread"),
+            _param("runId", "only tasks of this run"),
+            _param("status", "only tasks in this state", str, enum=list(BACKGROUND_TASK_STATUSES)),
+            *CURSOR_PARAMS,
+        ],
+        responses={200: s.BackgroundTaskListSerializer, **errors(*READ_ERRORS)},
+    )
+    def get(self, request: Request) -> Response:
+        q = request.query_params
+        tasks = BackgroundTask.objects.all()
+        if status := choice_param(q.get("status"), name="status", choices=BACKGROUND_TASK_STATUSES, default=None):
+            tasks = tasks.filter(status=status)
+        for param, field in (("agentId", "agent_id"), ("threadId", "thread_id"), ("runId", "run_id")):
+            if value := q.get(param):
+                tasks = tasks.filter(**{field: value})
+        return Response(cursor_page(tasks, q))
+
+
+class BackgroundTaskCancelView(ApiView):
+    required_permissions = {"POST": access.CANCEL_PERMISSION}
+
+    @extend_schema(
+        operation_id="background_tasks_cancel",
+        tags=["background tasks"],
+        request=None,
+        responses={200: s.BackgroundTaskSerializer, **errors(*WRITE_ERRORS, 409)},
+    )
+    def post(self, request: Request, taskId: str) -> Response:  # noqa: N803
+        return Response(async_to_sync(background.cancel)(taskId).to_dict())

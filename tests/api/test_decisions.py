@@ -1,0 +1,263 @@
+"""approve / decline / resume through REST: 202 + server-side continuation, errors, races, Idempotency-Key."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from agentrun.models import Decision, IdempotencyKey, Message, Run, Snapshot, SuspendedToolCall, ToolEffect
+from tests.api.conftest import ask_run, email_run, refund_run, token_client, two_call_run, wait_rested
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def url(run_id: str, kind: str, agent: str = "support-agent") -> str:
+    return f"/api/agents/{agent}/runs/{run_id}/{kind}"
+
+
+def error_code(response) -> str:
+    return response.json()["error"]["code"]
+
+
+def open_call_ids(run_id: str) -> list[str]:
+    return list(SuspendedToolCall.objects.filter(run_id=run_id, status="open").values_list("tool_call_id", flat=True))
+
+
+def assert_unchanged(run_id: str, open_calls: int = 1) -> None:
+    assert Run.objects.get(pk=run_id).status == "suspended"
+    assert Snapshot.objects.filter(run_id=run_id).exists()
+    assert len(open_call_ids(run_id)) == open_calls
+    assert not Decision.objects.filter(run_id=run_id).exists()
+
+
+def test_approve_answers_202_and_the_run_continues_server_side(api, reviewer):
+    run_id = email_run()
+    [call_id] = open_call_ids(run_id)
+    response = api.post(url(run_id, "approve") + "/", {"reason": "fine"}, format="json")
+    assert response.status_code == 202
+    assert response.json() == {"runId": run_id, "toolCallId": call_id, "decision": "approve", "status": "in_progress"}
+    assert wait_rested(run_id).status == "completed"
+    decision = Decision.objects.get(run_id=run_id)
+    assert (decision.kind, decision.via, decision.decided_by, decision.reason) == ("approve", "api", reviewer, "fine")
+    assert ToolEffect.objects.filter(tool_call_id=call_id).count() == 1
+    assert not Snapshot.objects.filter(run_id=run_id).exists()
+
+
+def test_approve_with_edited_args_runs_the_tool_with_them(api):
+    run_id = email_run()
+    edited = {"to": "bob@example.com", "subject": "s", "body": "b"}
+    response = api.post(url(run_id, "approve"), {"args": edited}, format="json")
+    assert response.status_code == 202
+    wait_rested(run_id)
+    decision = Decision.objects.get(run_id=run_id)
+    assert decision.edited_args == edited and decision.args["to"] == "ann@example.com"
+    assert "bob@example.com" in Message.objects.filter(run_id=run_id, role="assistant").last().content
+
+
+def test_approve_with_invalid_args_is_400_and_nothing_changes(api):
+    run_id = email_run()
+    for args in ({"to": 1}, [1, 2], "nope"):
+        response = api.post(url(run_id, "approve"), {"args": args}, format="json")
+        assert response.status_code == 400
+        assert error_code(response) == "ARGS_INVALID"
+    assert_unchanged(run_id)
+
+
+def test_decline_with_reason(api):
+    run_id = email_run()
+    response = api.post(url(run_id, "decline"), {"reason": "not this customer"}, format="json")
+    assert response.status_code == 202 and response.json()["decision"] == "decline"
+    assert wait_rested(run_id).status == "completed"
+    assert Decision.objects.get(run_id=run_id).reason == "not this customer"
+    assert not ToolEffect.objects.filter(run_id=run_id).exists()
+    answer = Message.objects.filter(run_id=run_id, role="assistant").last().content
+    assert answer == "send-email: denied: not this customer"
+
+
+def test_resume_with_valid_data(api):
+    run_id = ask_run()
+    response = api.post(url(run_id, "resume"), {"resumeData": {"answer": "Paris"}}, format="json")
+    assert response.status_code == 202 and response.json()["decision"] == "resume"
+    assert wait_rested(run_id).status == "completed"
+    assert Decision.objects.get(run_id=run_id).resume_data == {"answer": "Paris"}
+    assert "Paris" in Message.objects.filter(run_id=run_id, role="assistant").last().content
+
+
+@pytest.mark.parametrize("body", [{"resumeData": {"answer": ""}}, {"resumeData": {}}, {"resumeData": "Paris"}])
+def test_invalid_resume_data_is_400_and_the_run_is_unchanged(api, body):
+    run_id = ask_run()
+    response = api.post(url(run_id, "resume"), body, format="json")
+    assert response.status_code == 400
+    assert error_code(response) == "RESUME_DATA_INVALID"
+    assert_unchanged(run_id)
+
+
+def test_resume_without_resume_data_is_invalid_request(api):
+    run_id = ask_run()
+    response = api.post(url(run_id, "resume"), {}, format="json")
+    assert (response.status_code, error_code(response)) == (400, "INVALID_REQUEST")
+    assert_unchanged(run_id)
+
+
+def test_wrong_decision_kind(api):
+    ask, email = ask_run(), email_run()
+    assert error_code(api.post(url(ask, "approve"), {}, format="json")) == "WRONG_DECISION_KIND"
+    assert error_code(api.post(url(ask, "decline"), {}, format="json")) == "WRONG_DECISION_KIND"
+    response = api.post(url(email, "resume"), {"resumeData": {"answer": "x"}}, format="json")
+    assert (response.status_code, error_code(response)) == (400, "WRONG_DECISION_KIND")
+    assert_unchanged(ask)
+    assert_unchanged(email)
+
+
+def test_several_open_calls_need_a_tool_call_id(api):
+    run_id = two_call_run()
+    first, second = open_call_ids(run_id)
+    response = api.post(url(run_id, "approve"), {}, format="json")
+    assert (response.status_code, error_code(response)) == (400, "AMBIGUOUS_TOOL_CALL")
+    assert set(response.json()["error"]["details"]["toolCallIds"]) == {first, second}
+    response = api.post(url(run_id, "approve"), {"toolCallId": "call_nope"}, format="json")
+    assert (response.status_code, error_code(response)) == (400, "TOOL_CALL_NOT_SUSPENDED")
+    assert_unchanged(run_id, open_calls=2)
+
+    response = api.post(url(run_id, "decline"), {"toolCallId": second}, format="json")
+    assert response.status_code == 202 and response.json()["status"] == "suspended"  # one call still open
+    assert wait_rested(run_id).status == "suspended"
+    assert open_call_ids(run_id) == [first]
+    assert api.post(url(run_id, "approve"), {"toolCallId": first}, format="json").status_code == 202
+    assert wait_rested(run_id).status == "completed"
+
+
+def test_deciding_twice_is_409_already_decided(api):
+    run_id = two_call_run()
+    first, _ = open_call_ids(run_id)
+    assert api.post(url(run_id, "approve"), {"toolCallId": first}, format="json").status_code == 202
+    wait_rested(run_id)
+    again = api.post(url(run_id, "decline"), {"toolCallId": first}, format="json")
+    assert (again.status_code, error_code(again)) == (409, "TOOL_CALL_ALREADY_DECIDED")
+    assert again.json()["error"]["details"]["decidedBy"] == "rita"
+
+
+def test_deciding_another_agents_run_is_404(api):
+    billing = refund_run()
+    for kind, body in (("approve", {}), ("decline", {}), ("resume", {"resumeData": {}})):
+        response = api.post(url(billing, kind, agent="support-agent"), body, format="json")
+        assert (response.status_code, error_code(response)) == (404, "RUN_NOT_FOUND")
+    assert_unchanged(billing)
+    response = api.post(url(billing, "approve", agent="nobody"), {}, format="json")
+    assert (response.status_code, error_code(response)) == (404, "AGENT_NOT_FOUND")
+    response = api.post(url("run_nope", "approve"), {}, format="json")
+    assert (response.status_code, error_code(response)) == (404, "RUN_NOT_FOUND")
+
+
+def test_a_finished_run_cannot_be_decided(api):
+    run_id = email_run()
+    api.post(url(run_id, "approve"), {}, format="json")
+    wait_rested(run_id)
+    response = api.post(url(run_id, "approve"), {}, format="json")
+    assert response.status_code in (404, 409)
+    assert error_code(response) in {"RUN_NOT_FOUND", "TOOL_CALL_ALREADY_DECIDED"}
+
+
+def _race(clients, run_id: str, headers: dict | None = None) -> list:
+    barrier = threading.Barrier(len(clients))
+    responses: list = [None] * len(clients)
+
+    def decide(i: int) -> None:
+        try:
+            barrier.wait()
+            responses[i] = clients[i].post(url(run_id, "approve"), {}, format="json", headers=headers)
+        finally:
+            connection.close()  # each thread had its own connection
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return responses
+
+
+def test_two_concurrent_approvals_one_wins_one_gets_409(api, reviewer):
+    from django.contrib.auth.models import Group, User
+
+    other = User.objects.create_user("otto")
+    other.groups.add(Group.objects.get(name="Reviewers"))
+    run_id = email_run()
+    responses = _race([token_client(reviewer), token_client(other)], run_id)
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [202, 409], [r.content for r in responses]
+    loser = next(r for r in responses if r.status_code == 409)
+    assert error_code(loser) in {"TOOL_CALL_ALREADY_DECIDED", "RUN_NOT_SUSPENDED"}
+    wait_rested(run_id)
+    assert Decision.objects.filter(run_id=run_id).count() == 1
+    assert ToolEffect.objects.filter(run_id=run_id).count() == 1
+
+
+def test_idempotency_key_returns_the_first_answer_and_records_one_decision(api):
+    run_id = email_run()
+    headers = {"Idempotency-Key": "retry-123"}
+    first = api.post(url(run_id, "approve"), {"reason": "ok"}, format="json", headers=headers)
+    assert first.status_code == 202
+    wait_rested(run_id)
+    again = api.post(url(run_id, "approve") + "/", {"reason": "ok"}, format="json", headers=headers)
+    assert (again.status_code, again.json()) == (202, first.json())
+    assert Decision.objects.filter(run_id=run_id).count() == 1
+    assert IdempotencyKey.objects.count() == 1
+    # Without the key the same request is a second decision attempt, and loses.
+    assert api.post(url(run_id, "approve"), {"reason": "ok"}, format="json").status_code in (404, 409)
+    # The same key for another request is refused.
+    other = api.post(url(run_id, "decline"), {}, format="json", headers=headers)
+    assert (other.status_code, error_code(other)) == (400, "INVALID_REQUEST")
+
+
+def test_concurrent_retries_with_one_idempotency_key_get_the_same_answer(reviewer):
+    run_id = email_run()
+    responses = _race([token_client(reviewer), token_client(reviewer)], run_id, headers={"Idempotency-Key": "k"})
+    assert [r.status_code for r in responses] == [202, 202], [r.content for r in responses]
+    assert responses[0].json() == responses[1].json()
+    wait_rested(run_id)
+    assert Decision.objects.filter(run_id=run_id).count() == 1
+
+
+def test_idempotency_keys_are_per_user(api, reviewer):
+    from django.contrib.auth.models import Group, User
+
+    other = User.objects.create_user("olga")
+    other.groups.add(Group.objects.get(name="Reviewers"))
+    run_id = two_call_run()
+    first, second = open_call_ids(run_id)
+    headers = {"Idempotency-Key": "same"}
+    assert api.post(url(run_id, "approve"), {"toolCallId": first}, format="json", headers=headers).status_code == 202
+    wait_rested(run_id)
+    response = token_client(other).post(url(run_id, "approve"), {"toolCallId": second}, format="json", headers=headers)
+    assert response.status_code == 202 and response.json()["toolCallId"] == second
+    wait_rested(run_id)
+
+
+def test_viewers_cannot_decide(viewer_api):
+    run_id = email_run()
+    response = viewer_api.post(url(run_id, "approve"), {}, format="json")
+    assert (response.status_code, error_code(response)) == (403, "PERMISSION_DENIED")
+    assert_unchanged(run_id)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"{not json", "application/json"),
+        (b"[1, 2]", "application/json"),
+        (b'{"toolCallId": 5}', "application/json"),
+        (b'{"reason": ["x"]}', "application/json"),
+        (b"\xff\xfe", "application/json"),
+        (b"a=b", "application/x-www-form-urlencoded"),
+        (b'{"reason": "a\\u0000b"}', "application/json"),
+        (b'{"reason": "\\ud800"}', "application/json"),
+    ],
+)
+def test_malformed_bodies_are_400_never_500(api, body, content_type):
+    run_id = email_run()
+    response = api.generic("POST", url(run_id, "approve"), body, content_type=content_type)
+    assert (response.status_code, error_code(response)) == (400, "INVALID_REQUEST"), response.content
+    assert_unchanged(run_id)
