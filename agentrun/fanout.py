@@ -82,11 +82,14 @@ def _run_state(run_id: str) -> tuple[str | None, bool]:
 FINAL = {"completed", "failed", "cancelled", "expired"}
 
 
-async def subscribe(run_id: str, after: int = 0, *, until: str = "final") -> AsyncIterator[dict]:
+async def subscribe(
+    run_id: str, after: int = 0, *, until: str = "final", after_a_finish: bool = False
+) -> AsyncIterator[dict]:
     """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones.
 
     ``until="final"`` ends once the run is final (websockets); ``until="rest"`` ends once it is
-    suspended or final and nobody drives it (SSE ``GET /api/runs/{id}/stream``).
+    suspended or final and nobody drives it (SSE ``GET /api/runs/{id}/stream``). ``after_a_finish``:
+    not before a ``finish`` went by (a segment queued for a worker has not started yet).
     """
     layer = get_channel_layer()
     channel = await layer.new_channel()
@@ -102,21 +105,32 @@ async def subscribe(run_id: str, after: int = 0, *, until: str = "final") -> Asy
 
     receiver = asyncio.get_running_loop().create_task(pump())
     last = after
+    finished = False
+
+    def accept(chunk: dict) -> bool:
+        """Take the chunk if it is the next one; a duplicate or one ahead of a gap is not taken."""
+        nonlocal last, finished
+        if chunk["seq"] != last + 1:
+            return False
+        last = chunk["seq"]
+        finished = finished or chunk["type"] == "finish"
+        return True
+
+    async def from_log(below: int | None = None) -> list[dict]:
+        logged = await sync_to_async(_load_chunks)(run_id, last)
+        return [c for c in logged if (below is None or c["seq"] < below) and accept(c)]
+
     try:
         while True:
-            for chunk in await sync_to_async(_load_chunks)(run_id, last):
-                if chunk["seq"] == last + 1:
-                    last = chunk["seq"]
-                    yield chunk
+            for chunk in await from_log():
+                yield chunk
             status, driving = await sync_to_async(_run_state)(run_id)
             if status is None:
                 return
-            if _rested(status, driving, until):
+            if _rested(status, driving, until) and (finished or not after_a_finish):
                 # Read the log once more: the final chunks may have landed after our last read.
-                for chunk in await sync_to_async(_load_chunks)(run_id, last):
-                    if chunk["seq"] == last + 1:
-                        last = chunk["seq"]
-                        yield chunk
+                for chunk in await from_log():
+                    yield chunk
                 return
             # Live phase: wait for chunks; re-check the run state when nothing arrives for a while.
             try:
@@ -124,17 +138,14 @@ async def subscribe(run_id: str, after: int = 0, *, until: str = "final") -> Asy
             except TimeoutError:
                 continue
             while True:
-                if chunk["seq"] == last + 1:
-                    last = chunk["seq"]
-                    yield chunk
-                elif chunk["seq"] > last + 1:
+                if chunk["seq"] > last + 1:
                     # Produced before we joined and not flushed yet: fill the gap from the log.
                     await asyncio.sleep(GAP_POLL_SECONDS)
-                    for logged in await sync_to_async(_load_chunks)(run_id, last):
-                        if logged["seq"] == last + 1 and logged["seq"] < chunk["seq"]:
-                            last = logged["seq"]
-                            yield logged
+                    for logged in await from_log(below=chunk["seq"]):
+                        yield logged
                     continue
+                if accept(chunk):
+                    yield chunk
                 if chunk["type"] == "finish":
                     break  # re-check the state: the run may rest now
                 try:

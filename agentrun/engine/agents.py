@@ -142,8 +142,13 @@ class Agent:
         require_tool_approval: bool | None = None,
         max_steps: int | None = None,
         metadata: dict | None = None,
+        dispatch: bool = False,
     ) -> RunStream:
-        """Start a run; chunks arrive on ``full_stream``. ``stream.run_id`` is known at once."""
+        """Start a run; chunks arrive on ``full_stream``. ``stream.run_id`` is known at once.
+
+        ``dispatch=True`` runs it through the Tasks framework (a worker, in production) and relays its
+        chunks from the fan-out; by default this process drives it. ``until_idle`` streams stay here.
+        """
         normalized = normalize_messages(messages)
         thread_id, resource_id = normalize_memory(memory)
         until_idle = normalize_until_idle(until_idle)
@@ -161,6 +166,8 @@ class Agent:
             metadata=validate_metadata(metadata),
             options={k: v for k, v in options.items() if v},
         )
+        if dispatch and not options["until_idle"]:
+            return await _dispatched(self.id, run.id, after=0)
         return self._drive(run.id, until_idle=options["until_idle"])
 
     async def stream_until_idle(self, messages: Any, *, max_idle_ms: int | None = None, **options: Any) -> RunStream:
@@ -257,8 +264,14 @@ class Agent:
         outcome = await db(decide)(agent_id=self.id, kind=kind, **kwargs)
         return await self.continue_stream(outcome.decision.run_id, decision=outcome)
 
-    async def continue_stream(self, run_id: str, *, decision: Any = None) -> RunStream:
-        """Drive the run's next segment here and stream it (after a decision recorded elsewhere)."""
+    async def continue_stream(self, run_id: str, *, decision: Any = None, dispatch: bool = False) -> RunStream:
+        """Stream the run's next segment (after a decision recorded elsewhere): driven here, or by a
+        worker of the Tasks framework with ``dispatch=True``."""
+        if dispatch:
+            run = await db(store.load_run)(run_id)
+            stream = await _dispatched(self.id, run_id, after=run.next_seq - 1)
+            stream.decision = decision
+            return stream
         return self._drive(run_id, decision=decision)
 
     async def approve_tool_call(
@@ -286,6 +299,14 @@ class Agent:
             "resume", run_id=run_id, tool_call_id=tool_call_id, resume_data=resume_data,
             decided_by=decided_by, via=via,
         )
+
+
+async def _dispatched(agent_id: str, run_id: str, *, after: int) -> RunStream:
+    from agentrun.engine.dispatch import continue_run
+
+    stream = RunStream(run_id).relay(subscribe(run_id, after, until="rest", after_a_finish=True))
+    await continue_run.aenqueue(agent_id, run_id)
+    return stream
 
 
 async def generate_result(stream: RunStream) -> dict:

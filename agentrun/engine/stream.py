@@ -8,11 +8,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 _producers: set[asyncio.Task] = set()  # strong references: a running producer is never collected
 
 _END = object()
+
+
+@dataclass
+class TurnSummary:
+    """What a turn's chunks say: the aggregates of a relayed stream."""
+
+    first_text: str
+    tool_calls: list[dict]
+    finish_reason: str
+    usage: dict
+
+    @classmethod
+    def of(cls, chunks: list[dict]) -> TurnSummary:
+        finish = chunks[-1]["payload"]
+        return cls(
+            first_text="".join(c["payload"]["text"] for c in chunks if c["type"] == "text-delta"),
+            tool_calls=[
+                {"id": c["payload"]["toolCallId"], "name": c["payload"]["toolName"], "args": c["payload"]["args"]}
+                for c in chunks
+                if c["type"] == "tool-call"
+            ],
+            finish_reason=finish.get("finishReason", "stop"),
+            usage=finish.get("usage") or {},
+        )
 
 
 class RunStream:
@@ -46,6 +71,20 @@ class RunStream:
         _producers.add(task)
         task.add_done_callback(_producers.discard)
         return self
+
+    def relay(self, chunks: AsyncIterator[dict]) -> RunStream:
+        """Carry chunks produced elsewhere (a worker); the aggregates come from the first turn's chunks."""
+
+        async def produce(s: RunStream) -> None:
+            turn: list[dict] = []
+            async for chunk in chunks:
+                s.sink(chunk)
+                if not s._first_turn.done():
+                    turn.append(chunk)
+                    if chunk["type"] == "finish":
+                        s.first_turn_done(TurnSummary.of(turn))
+
+        return self.start(produce)
 
     def first_turn_done(self, result: Any) -> None:
         if not self._first_turn.done():

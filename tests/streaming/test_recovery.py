@@ -22,7 +22,7 @@ EMAIL = '/tool send-email {"to": "ada@example.com", "subject": "Hi", "body": "He
 async def wait_for_status(run_id: str, status: str, seconds: float = 10) -> Run:
     for _ in range(int(seconds * 20)):
         run = await Run.objects.aget(pk=run_id)
-        if run.status == status:
+        if run.status == status and run.lease_owner is None:  # the driver is done with it too
             return run
         await asyncio.sleep(0.05)
     raise AssertionError(f"run {run_id} is {run.status}, expected {status}")

@@ -107,7 +107,7 @@ async def test_killing_the_process_running_a_continuation_does_not_lose_or_repea
     # A worker's sweep sees the lease expire and continues the run; the tool re-runs with the same id.
     for _ in range(300):
         run = await Run.objects.aget(pk=run_id)
-        if run.status == Run.Status.COMPLETED:
+        if run.status == Run.Status.COMPLETED and run.lease_owner is None:
             break
         await asyncio.sleep(0.1)
     assert run.status == Run.Status.COMPLETED, run.status

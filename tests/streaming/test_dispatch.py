@@ -1,0 +1,45 @@
+"""Runs dispatched through the Tasks framework: the caller relays the fan-out, chunks and aggregates alike."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from agentrun.engine.agents import get_agent
+from agentrun.engine.decisions import decide
+from agentrun.models import Run, RunChunk
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EMAIL = '/tool send-email {"to": "ada@example.com", "subject": "Hi", "body": "Hello"}'
+
+
+async def logged(run_id: str) -> list[dict]:
+    return [c.to_chunk() async for c in RunChunk.objects.filter(run_id=run_id).order_by("seq")]
+
+
+async def test_a_dispatched_run_streams_what_the_worker_produces():
+    agent = get_agent("support-agent")
+    stream = await agent.stream("hello dispatched world", memory={"thread": "dsp-1"}, dispatch=True)
+    chunks = await stream.collect()
+    assert chunks == await logged(stream.run_id)
+    assert [c["seq"] for c in chunks] == list(range(1, len(chunks) + 1))
+    assert await stream.text == "Echo: hello dispatched world"
+    assert await stream.finish_reason == "stop"
+    assert (await stream.usage)["completionTokens"] == 4
+
+
+async def test_a_dispatched_continuation_after_a_decision_recorded_elsewhere():
+    agent = get_agent("support-agent")
+    first = await agent.stream(EMAIL, memory={"thread": "dsp-2"}, dispatch=True)
+    opening = await first.collect()
+    assert opening[-1]["payload"]["finishReason"] == "suspended"
+    assert [c["name"] for c in await first.tool_calls] == ["send-email"]
+
+    outcome = await sync_to_async(decide)(agent_id=agent.id, run_id=first.run_id, kind="approve")
+    cont = await agent.continue_stream(first.run_id, decision=outcome, dispatch=True)
+    chunks = await cont.collect()
+    assert chunks[0]["type"] == "start" and chunks[0]["seq"] == opening[-1]["seq"] + 1
+    assert chunks[-1]["type"] == "finish" and chunks[-1]["payload"]["finishReason"] == "stop"
+    assert (await cont.text).startswith("send-email:")
+    assert (await Run.objects.aget(pk=first.run_id)).status == Run.Status.COMPLETED
