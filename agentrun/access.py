@@ -1,8 +1,50 @@
-"""Who may do what: the ``Viewers`` and ``Reviewers`` groups and the permissions they hold."""
+"""Who may do what: the ``Viewers`` and ``Reviewers`` groups, their permissions, and per-agent reviewers.
+
+Two layers, both required:
+
+1. **Global permissions** (what a person may do at all): ``agentrun.view_run`` to read,
+   ``agentrun.decide_toolcall`` to approve / decline / resume, ``agentrun.start_run``,
+   ``agentrun.cancel_run``. ``Viewers`` hold the first, ``Reviewers`` all four.
+2. **Per-agent scope** (``settings.AGENTRUN_AGENT_REVIEWERS``, from the environment variable of the
+   same name, JSON such as ``{"billing-agent": ["Billing reviewers"]}``): an agent named there is
+   seen and decided only by members of one of its groups, and by superusers. An agent not named there
+   is open to everyone holding the global permission. The mapping grants nothing on its own: a member of
+   "Billing reviewers" still needs ``decide_toolcall`` (from ``Reviewers`` or the group itself) to decide.
+
+Seeing and deciding share one scope, so an agent is, for a given person, either *hidden* (they are
+outside its groups) or *visible*; on a visible agent the global permission decides the rest.
+
+How each surface answers (the same rule everywhere, so nothing tells a hidden agent from a missing one):
+
+- **Hidden agent → "not found".** REST: ``/api/agents/<hidden>/…`` is 404 ``AGENT_NOT_FOUND``; a hidden
+  agent's run (``/api/runs/<id>``, its steps, stream, cancel) is 404 ``RUN_NOT_FOUND``; its background
+  task is 404 ``NOT_FOUND``; it is left out of ``GET /api/agents/``, the decisions audit, background
+  task lists and thread messages (a thread with no visible run is 404 ``NOT_FOUND``). Websockets:
+  ``ws/runs/<id>`` → error ``RUN_NOT_FOUND`` (close 4404), ``ws/agents/<hidden>/`` → ``AGENT_NOT_FOUND``
+  (close 4404); the ``ws/approvals/`` feed drops the hidden agents' events. Dashboard: its runs are 404
+  and it is absent from the inbox, thread pages and history.
+- **Missing global permission → 403 ``PERMISSION_DENIED``** (REST), error ``PERMISSION_DENIED``
+  (websocket frame), 403 (dashboard). The global check runs first and does not depend on the agent, so
+  it reveals nothing either.
+- **Dashboard decide POST**: 403 for anyone who may not decide that call (a viewer, or a reviewer outside
+  the agent's groups), as CONTRACT §6 asks of a forged decision.
+- **Python API**: ``decide(..., decided_by=<User>)`` (and ``Agent.approve_tool_call`` & co.) raises
+  ``AgentRunError("PERMISSION_DENIED")`` when that user may not decide the agent's calls.
+  ``decided_by=None`` or a string is trusted server code and is not checked.
+- **Sub-agents**: a supervisor's outer call that surfaces an inner call of a sub-agent can be decided
+  only by someone who may decide both agents (deciding it runs the sub-agent's tool).
+
+Group membership is read on each check (one query, only when the mapping is not empty); an open
+``ws/approvals/`` socket keeps the scope it had when it connected.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from django.conf import settings
+from django.db.models import QuerySet
 
 VIEWERS = "Viewers"
 REVIEWERS = "Reviewers"
@@ -12,8 +54,15 @@ START_PERMISSION = "agentrun.start_run"
 CANCEL_PERMISSION = "agentrun.cancel_run"
 
 _VIEW_CODENAMES = [
-    "view_thread", "view_message", "view_run", "view_runstep", "view_snapshot",
-    "view_suspendedtoolcall", "view_decision", "view_runchunk", "view_tooleffect",
+    "view_thread",
+    "view_message",
+    "view_run",
+    "view_runstep",
+    "view_snapshot",
+    "view_suspendedtoolcall",
+    "view_decision",
+    "view_runchunk",
+    "view_tooleffect",
 ]
 _REVIEW_CODENAMES = [*_VIEW_CODENAMES, "decide_toolcall", "start_run", "cancel_run"]
 
@@ -28,9 +77,75 @@ def ensure_groups(**_: Any) -> None:
         group.permissions.add(*perms)
 
 
+def _authenticated(user: Any) -> bool:
+    return bool(user is not None and getattr(user, "is_authenticated", False))
+
+
 def can_view(user: Any) -> bool:
-    return bool(user and user.is_authenticated and user.has_perm(VIEW_PERMISSION))
+    """May read runs at all (the global permission; per-agent scope aside)."""
+    return _authenticated(user) and user.has_perm(VIEW_PERMISSION)
 
 
 def can_decide(user: Any) -> bool:
-    return bool(user and user.is_authenticated and user.has_perm(DECIDE_PERMISSION))
+    """May decide tool calls at all (the global permission; per-agent scope aside)."""
+    return _authenticated(user) and user.has_perm(DECIDE_PERMISSION)
+
+
+# --- per-agent scope -----------------------------------------------------------------------------
+def agent_reviewers() -> dict[str, frozenset[str]]:
+    """``AGENTRUN_AGENT_REVIEWERS``: agent id → the groups that may see and decide its calls."""
+    mapping = getattr(settings, "AGENTRUN_AGENT_REVIEWERS", None) or {}
+    return {
+        agent_id: frozenset([groups] if isinstance(groups, str) else groups) for agent_id, groups in mapping.items()
+    }
+
+
+def hidden_agent_ids(user: Any) -> frozenset[str]:
+    """The agents of the mapping this user is outside of (everything mapped, for anonymous users).
+
+    Agents absent from the mapping are never hidden, so filtering a query with
+    ``exclude(agent_id__in=hidden_agent_ids(user))`` keeps every unrestricted agent, registered or not.
+    """
+    mapping = agent_reviewers()
+    if not mapping:
+        return frozenset()
+    if not _authenticated(user):
+        return frozenset(mapping)
+    if user.is_active and user.is_superuser:
+        return frozenset()
+    names = set(user.groups.values_list("name", flat=True))
+    return frozenset(agent_id for agent_id, groups in mapping.items() if not groups & names)
+
+
+def in_agent_scope(user: Any, agent_id: str) -> bool:
+    """Whether the mapping lets this user near ``agent_id`` (permissions aside)."""
+    return agent_id not in hidden_agent_ids(user)
+
+
+def can_view_agent(user: Any, agent_id: str) -> bool:
+    """May see ``agent_id``'s runs, steps, calls and decisions."""
+    return can_view(user) and in_agent_scope(user, agent_id)
+
+
+def can_decide_agent(user: Any, agent_id: str) -> bool:
+    """May approve / decline / resume ``agent_id``'s calls."""
+    return can_decide(user) and in_agent_scope(user, agent_id)
+
+
+def visible_agent_ids(user: Any, agent_ids: Iterable[str]) -> list[str]:
+    """Those of ``agent_ids`` this user may see, in their order."""
+    if not can_view(user):
+        return []
+    hidden = hidden_agent_ids(user)
+    return [agent_id for agent_id in agent_ids if agent_id not in hidden]
+
+
+def only_visible(queryset: QuerySet, user: Any, field: str = "agent_id") -> QuerySet:
+    """``queryset`` without the rows of agents hidden from this user (``field`` names the agent id)."""
+    hidden = hidden_agent_ids(user)
+    return queryset.exclude(**{f"{field}__in": hidden}) if hidden else queryset
+
+
+def is_person(decided_by: Any) -> bool:
+    """A ``decided_by`` that is a user object (checked), not ``None`` or a name (trusted server code)."""
+    return decided_by is not None and not isinstance(decided_by, str) and hasattr(decided_by, "has_perm")

@@ -156,7 +156,13 @@ class SnapshotAdmin(admin.ModelAdmin):
 @admin.register(SuspendedToolCall)
 class SuspendedToolCallAdmin(admin.ModelAdmin):
     list_display = [
-        "tool_call_id", "tool_name", "status", "requires_approval", "run_link", "decision_link", "created_at",
+        "tool_call_id",
+        "tool_name",
+        "status",
+        "requires_approval",
+        "run_link",
+        "decision_link",
+        "created_at",
     ]
     list_filter = ["status", "requires_approval", "tool_name", "run__agent_id"]
     search_fields = ["tool_call_id", "run__id", "run__thread__id", "run__resource_id"]
@@ -174,8 +180,20 @@ class SuspendedToolCallAdmin(admin.ModelAdmin):
 
 
 CSV_COLUMNS = [
-    "id", "decided_at", "kind", "agent_id", "run_id", "thread_id", "tool_call_id", "tool_name",
-    "decided_by_username", "via", "reason", "args", "edited_args", "resume_data",
+    "id",
+    "decided_at",
+    "kind",
+    "agent_id",
+    "run_id",
+    "thread_id",
+    "tool_call_id",
+    "tool_name",
+    "decided_by_username",
+    "via",
+    "reason",
+    "args",
+    "edited_args",
+    "resume_data",
 ]
 
 

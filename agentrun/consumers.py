@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agentrun.access import can_decide, can_view
+from agentrun.access import can_decide, can_view, in_agent_scope
 from agentrun.engine.agents import get_agent
 from agentrun.errors import AgentRunError
 from agentrun.fanout import subscribe
 from agentrun.models import Run
-from agentrun.wire import decision_kwargs, stream_kwargs
+from agentrun.wire import decision_kwargs, decode_frame, stream_kwargs
 
 
 def _error(code: str, message: str) -> dict:
@@ -44,7 +43,9 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(_error("INVALID_REQUEST", "after must be a non-negative integer"))
             await self.close(code=4400)
             return
-        if not await Run.objects.filter(pk=run_id).aexists():
+        agent_id = await Run.objects.filter(pk=run_id).values_list("agent_id", flat=True).afirst()
+        if agent_id is None or not await sync_to_async(in_agent_scope)(self.user, agent_id):
+            # A hidden agent's run reads as missing (agentrun.access).
             await self.send_json(_error("RUN_NOT_FOUND", f"No run {run_id}."))
             await self.close(code=4404)
             return
@@ -59,6 +60,10 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
         if self.forwarder is not None:
             self.forwarder.cancel()
 
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        # Any frame, binary or not JSON included, is answered undecoded; the socket stays open.
+        await self.receive_json(None)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         await self.send_json(_error("INVALID_REQUEST", "this socket only streams; send nothing"))
 
@@ -69,14 +74,19 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         self.tasks: set[asyncio.Task] = set()
+        self.agent: Any = None  # set once the user may use it; frames sent to a refused socket do nothing
         await self.accept()
         if not await sync_to_async(can_view)(self.user):
             code = "NOT_AUTHENTICATED" if not getattr(self.user, "is_authenticated", False) else "PERMISSION_DENIED"
             await self.send_json(_error(code, "You may not use agents."))
             await self.close(code=4403)
             return
+        agent_id = self.scope["url_route"]["kwargs"]["agent_id"]
         try:
-            self.agent = get_agent(self.scope["url_route"]["kwargs"]["agent_id"])
+            agent = get_agent(agent_id)
+            if not await sync_to_async(in_agent_scope)(self.user, agent.id):
+                raise AgentRunError("AGENT_NOT_FOUND", f"No agent {agent_id!r} is registered.")
+            self.agent = agent
         except AgentRunError as exc:
             await self.send_json(_error(exc.code, exc.message))
             await self.close(code=4404)
@@ -89,17 +99,23 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     @classmethod
     async def decode_json(cls, text_data: str) -> Any:
         try:
-            return json.loads(text_data)
-        except (TypeError, ValueError):
+            return decode_frame(text_data, None)
+        except AgentRunError:
             return _MALFORMED
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
-        if text_data is None:
-            await self.send_json(_error("INVALID_REQUEST", "send JSON text frames"))
+        # The REST body's rules (1 MiB, strict JSON, depth, storable text): an error frame, never a crash.
+        try:
+            content = decode_frame(text_data, bytes_data)
+        except AgentRunError as exc:
+            if getattr(self, "agent", None) is not None:  # a refused socket answers nothing
+                await self.send_json(_error(exc.code, exc.message))
             return
-        await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+        await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self.agent is None:
+            return
         if content is _MALFORMED or not isinstance(content, dict):
             await self.send_json(_error("INVALID_REQUEST", "a frame is a JSON object with an action"))
             return

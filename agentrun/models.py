@@ -53,9 +53,7 @@ class Run(models.Model):
     agent_id = models.CharField(max_length=128, db_index=True)
     thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="runs")
     resource_id = models.CharField(max_length=255, null=True, blank=True)
-    parent_run = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="child_runs"
-    )
+    parent_run = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="child_runs")
     parent_tool_call_id = models.CharField(max_length=128, null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -240,12 +238,8 @@ class Snapshot(models.Model):
         # [AND created_at BETWEEN ? AND ?] ORDER BY created_at DESC, run_id DESC.
         indexes = [
             models.Index(fields=["agent_id", "-created_at", "-run"], name="snapshot_agent_created"),
-            models.Index(
-                fields=["agent_id", "thread_id", "-created_at", "-run"], name="snapshot_agent_thread"
-            ),
-            models.Index(
-                fields=["agent_id", "resource_id", "-created_at", "-run"], name="snapshot_agent_resource"
-            ),
+            models.Index(fields=["agent_id", "thread_id", "-created_at", "-run"], name="snapshot_agent_thread"),
+            models.Index(fields=["agent_id", "resource_id", "-created_at", "-run"], name="snapshot_agent_resource"),
         ]
 
     def __str__(self) -> str:
@@ -288,9 +282,7 @@ class SuspendedToolCall(models.Model):
         ]
         indexes = [
             # Serves the listing's prefetch of open calls and the decision transaction's lookup.
-            models.Index(
-                fields=["run", "position"], name="suspended_call_open", condition=Q(status="open")
-            ),
+            models.Index(fields=["run", "position"], name="suspended_call_open", condition=Q(status="open")),
         ]
 
     def __str__(self) -> str:
@@ -338,9 +330,7 @@ class Decision(models.Model):
         permissions = [("decide_toolcall", "Can approve, decline and resume suspended tool calls")]
         constraints = [
             # Exactly once: the database itself refuses a second decision on the same suspension.
-            models.UniqueConstraint(
-                fields=["run", "tool_call_id", "suspension"], name="one_decision_per_suspension"
-            ),
+            models.UniqueConstraint(fields=["run", "tool_call_id", "suspension"], name="one_decision_per_suspension"),
         ]
         indexes = [
             models.Index(fields=["agent_id", "decided_at"], name="decision_agent_time"),
@@ -512,3 +502,26 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.user_id})"
+
+
+class WorkerHeartbeat(models.Model):
+    """The last sweep of each process that sweeps: ``agentrun_worker`` processes, or the server itself
+    on the embedded default. ``/healthz`` reports those seen within a few sweep intervals."""
+
+    class Role(models.TextChoices):
+        WORKER = "worker"
+        SERVER = "server"  # the embedded sweeper of a web process
+
+    id = models.CharField(primary_key=True, max_length=200)  # host:pid
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.WORKER)
+    started_at = models.DateTimeField(default=timezone.now)
+    # Serves /healthz's "seen recently" query and the pruning of long-gone processes.
+    seen_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-seen_at", "id"]
+
+    def __str__(self) -> str:
+        return self.id

@@ -14,6 +14,7 @@ from agentrun.models import Snapshot, SuspendedToolCall
 from agentrun.timeutil import iso, parse_datetime_bound
 
 MAX_PER_PAGE = 1000
+MAX_PAGE = 10**9  # page * perPage must stay a valid OFFSET on every database
 
 
 @dataclass
@@ -109,7 +110,7 @@ def list_suspended_runs(
     """Runs of ``agent_id`` waiting for people, newest first. Three queries whatever the page size:
     the count, the page of snapshots, and their open calls."""
     per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
-    page = _int_param(page, "INVALID_PAGE", "page", 0)
+    page = _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
     start = parse_datetime_bound(from_date, "fromDate")
     end = parse_datetime_bound(to_date, "toDate")
 

@@ -6,6 +6,7 @@ Production sets DATABASE_URL (PostgreSQL), REDIS_URL and SECRET_KEY, and runs `m
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -40,9 +41,7 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
-CSRF_TRUSTED_ORIGINS = [
-    o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
-]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 INSTALLED_APPS = [
     "daphne",
@@ -117,9 +116,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 10_000}}
-    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 10_000}}}
 
 # --- tasks --------------------------------------------------------------------------------------
 TASKS = {
@@ -180,6 +177,32 @@ AGENTRUN_AGENTS = [p.strip() for p in os.environ.get("AGENTRUN_AGENTS", "").spli
 _ttl = os.environ.get("AGENTRUN_SUSPENDED_RUN_TTL", "").strip()
 AGENTRUN_SUSPENDED_RUN_TTL = float(_ttl) if _ttl else None
 AGENTRUN_MAX_STEPS = int(os.environ.get("AGENTRUN_MAX_STEPS", "10"))
+
+
+def _agent_reviewers() -> dict[str, list[str]]:
+    raw = os.environ.get("AGENTRUN_AGENT_REVIEWERS", "").strip()
+    if not raw:
+        return {}
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"AGENTRUN_AGENT_REVIEWERS is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured("AGENTRUN_AGENT_REVIEWERS must map agent ids to lists of group names")
+    mapping = {}
+    for agent_id, groups in value.items():
+        groups = [groups] if isinstance(groups, str) else groups
+        if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+            raise ImproperlyConfigured(f"AGENTRUN_AGENT_REVIEWERS[{agent_id!r}] must be a list of group names")
+        mapping[agent_id] = groups
+    return mapping
+
+
+# Per-agent reviewers: agent id → the groups that may see and decide its runs and calls (superusers
+# always may). Agents not named are open to anyone with the global permission. See agentrun.access.
+AGENTRUN_AGENT_REVIEWERS = _agent_reviewers()
 
 LOGGING = {
     "version": 1,

@@ -9,5 +9,6 @@ urlpatterns = [
     path("api/", include("agentrun.api.urls")),
     path("approvals/", include("approvals.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("agentrun.health")),  # /healthz: database, channel layer, workers seen recently
     path("", RedirectView.as_view(url="/approvals/", permanent=False)),
 ]

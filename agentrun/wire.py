@@ -5,11 +5,50 @@ REST views and the ``ws/agents/`` consumer both use these, so a body means the s
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from django.conf import settings
+
+from agentrun.engine.inputs import json_problem
 from agentrun.errors import AgentRunError
 
 STREAM_FIELDS = {"messages", "memory", "untilIdle", "requireToolApproval", "maxSteps", "metadata"}
+
+
+def max_body_size() -> int:
+    """Bodies and websocket frames: at most 1 MiB (CONTRACT §4)."""
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 1024 * 1024
+
+
+def parse_json(text: str | bytes, *, where: str = "the body") -> Any:
+    """Strict JSON (no NaN / Infinity), refused with INVALID_REQUEST when it is not, or holds what
+    ``json_problem`` names. Never a RecursionError: deep nesting is bad input like any other."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        data = json.loads(text, parse_constant=_no_constants)
+    except RecursionError:
+        raise AgentRunError("INVALID_REQUEST", f"{where} is nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+        raise AgentRunError("INVALID_REQUEST", f"{where} is not valid JSON: {exc}") from None
+    if problem := json_problem(data):
+        raise AgentRunError("INVALID_REQUEST", f"{where} {problem}")
+    return data
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_frame(text_data: str | None, bytes_data: bytes | None) -> Any:
+    """A websocket frame of ``ws/agents/`` → its JSON value, with the REST body's rules and limit."""
+    if text_data is None:
+        raise AgentRunError("INVALID_REQUEST", "send JSON text frames, not binary ones")
+    limit = max_body_size()
+    if len(text_data) > limit or len(text_data.encode("utf-8", "surrogatepass")) > limit:
+        raise AgentRunError("PAYLOAD_TOO_LARGE", "A frame is at most 1 MiB.")
+    return parse_json(text_data, where="the frame")
 
 
 def _object(body: Any) -> dict:
@@ -36,7 +75,7 @@ def stream_kwargs(body: Any) -> dict:
     return {
         "messages": body["messages"],
         "memory": body.get("memory"),
-        "until_idle": body.get("untilIdle") or False,
+        "until_idle": body.get("untilIdle"),  # validated by stream(): 0 or "" is not false
         "require_tool_approval": require,
         "max_steps": body.get("maxSteps"),
         "metadata": body.get("metadata"),

@@ -8,7 +8,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from agentrun.access import can_view
+from agentrun.access import can_view, hidden_agent_ids
 from agentrun.fanout import APPROVALS_GROUP
 
 
@@ -16,11 +16,15 @@ class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
     """Tells open inbox and thread pages that calls opened or left; the pages re-fetch what changed."""
 
     joined = False
+    hidden: frozenset[str] = frozenset()
 
     async def connect(self) -> None:
-        if not await database_sync_to_async(can_view)(self.scope.get("user")):
+        user = self.scope.get("user")
+        if not await database_sync_to_async(can_view)(user):
             await self.close(code=4403)  # before accept: the handshake is refused
             return
+        # Per-agent reviewers: the scope as of connecting (a group change applies on reconnect).
+        self.hidden = await database_sync_to_async(hidden_agent_ids)(user)
         await self.channel_layer.group_add(APPROVALS_GROUP, self.channel_name)
         self.joined = True
         await self.accept()
@@ -33,5 +37,7 @@ class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
         """The feed only speaks; what a page sends is ignored."""
 
     async def approvals_event(self, message: dict[str, Any]) -> None:
+        if message.get("agentId") in self.hidden:
+            return  # not even that something happened: the agent is hidden from this reviewer
         # An out-of-band swap of the pages' #live-status; its arrival triggers their refresh (hx-trigger).
         await self.send(text_data=render_to_string("approvals/feed_event.html", {"event": message}))

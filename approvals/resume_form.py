@@ -74,6 +74,8 @@ def parse_resume_form(schema: dict | None, data: Any) -> tuple[Any, list[ResumeF
             return json.loads(raw), None, ""
         except json.JSONDecodeError as exc:
             return None, None, f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
+        except (ValueError, RecursionError):  # over-long integers, deep nesting
+            return None, None, "Not valid JSON: too deep or too large."
     result: dict[str, Any] = {}
     enums = {name: prop.get("enum", []) for name, prop in schema["properties"].items() if isinstance(prop, dict)}
     for f in fields:
@@ -111,6 +113,8 @@ def parse_resume_form(schema: dict | None, data: Any) -> tuple[Any, list[ResumeF
                 result[f.name] = json.loads(raw)
             except json.JSONDecodeError as exc:
                 f.error = f"Not valid JSON: {exc.msg}."
+            except (ValueError, RecursionError):  # over-long integers, deep nesting
+                f.error = "Not valid JSON: too deep or too large."
     return result, fields, ""
 
 

@@ -1,4 +1,8 @@
-"""Reads behind the reviewer pages. Each page is a fixed, small number of queries (no N+1)."""
+"""Reads behind the reviewer pages. Each page is a fixed, small number of queries (no N+1).
+
+Every read takes ``hidden``: the agents the reader is outside of (``agentrun.access.hidden_agent_ids``),
+whose runs, calls, messages and decisions it leaves out.
+"""
 
 from __future__ import annotations
 
@@ -17,17 +21,20 @@ from approvals.resume_form import ResumeField, build_fields
 OPEN = SuspendedToolCall.Status.OPEN
 
 
-def live_snapshots() -> QuerySet[Snapshot]:
+def live_snapshots(hidden: frozenset[str] = frozenset()) -> QuerySet[Snapshot]:
     """Snapshots of runs that still wait (a run past its time to live is no longer listed)."""
-    return Snapshot.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+    snapshots = Snapshot.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+    return snapshots.exclude(agent_id__in=hidden) if hidden else snapshots
 
 
-def inbox_threads(*, agent_id: str = "", resource_id: str = "", tool_name: str = "") -> list[dict]:
+def inbox_threads(
+    *, agent_id: str = "", resource_id: str = "", tool_name: str = "", hidden: frozenset[str] = frozenset()
+) -> list[dict]:
     """One row per (thread, agent, resource) with open calls: counts and the oldest wait, oldest first.
 
     One query: snapshots grouped by thread, joined to their open calls.
     """
-    snapshots = live_snapshots()
+    snapshots = live_snapshots(hidden)
     if agent_id:
         snapshots = snapshots.filter(agent_id=agent_id)
     if resource_id:
@@ -50,15 +57,15 @@ def inbox_threads(*, agent_id: str = "", resource_id: str = "", tool_name: str =
     return list(rows)
 
 
-def inbox_filter_choices() -> dict[str, list[str]]:
+def inbox_filter_choices(hidden: frozenset[str] = frozenset()) -> dict[str, list[str]]:
     """Values present among waiting runs, for the filter menus."""
-    snapshots = live_snapshots()
+    snapshots = live_snapshots(hidden)
     return {
         "agents": sorted(set(snapshots.values_list("agent_id", flat=True))),
         "resources": sorted({r for r in snapshots.values_list("resource_id", flat=True) if r}),
         "tools": sorted(
             set(
-                SuspendedToolCall.objects.filter(status=OPEN, run__snapshot__isnull=False).values_list(
+                SuspendedToolCall.objects.filter(status=OPEN, run__snapshot__in=snapshots).values_list(
                     "tool_name", flat=True
                 )
             )
@@ -142,27 +149,33 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
     return views
 
 
-def thread_open_calls(thread_id: str) -> list[SuspendedToolCall]:
+def thread_open_calls(thread_id: str, hidden: frozenset[str] = frozenset()) -> list[SuspendedToolCall]:
     return list(
         SuspendedToolCall.objects.filter(
-            status=OPEN, run__thread_id=thread_id, run__snapshot__in=live_snapshots()
+            status=OPEN, run__thread_id=thread_id, run__snapshot__in=live_snapshots(hidden)
         )
         .select_related("run")
         .order_by("created_at", "run_id", "position", "id")
     )
 
 
-def recent_messages(thread_id: str, limit: int = 12) -> list[Message]:
-    return list(reversed(Message.objects.filter(thread_id=thread_id).order_by("-created_at", "-id")[:limit]))
+def recent_messages(thread_id: str, limit: int = 12, hidden: frozenset[str] = frozenset()) -> list[Message]:
+    messages = Message.objects.filter(thread_id=thread_id)
+    if hidden:
+        messages = messages.exclude(run__agent_id__in=hidden)
+    return list(reversed(messages.order_by("-created_at", "-id")[:limit]))
 
 
 def latest_decision(run_id: str, tool_call_id: str) -> Decision | None:
     return Decision.objects.filter(run_id=run_id, tool_call_id=tool_call_id).order_by("-decided_at", "-id").first()
 
 
-def decisions_for_calls(tool_call_ids: list[str]) -> dict[str, Decision]:
+def decisions_for_calls(tool_call_ids: list[str], hidden: frozenset[str] = frozenset()) -> dict[str, Decision]:
     """The latest decision of each call (to tell a page who decided calls that left it)."""
     found: dict[str, Decision] = {}
-    for d in Decision.objects.filter(tool_call_id__in=tool_call_ids).order_by("decided_at", "id"):
+    decisions = Decision.objects.filter(tool_call_id__in=tool_call_ids)
+    if hidden:
+        decisions = decisions.exclude(agent_id__in=hidden)
+    for d in decisions.order_by("decided_at", "id"):
         found[d.tool_call_id] = d
     return found

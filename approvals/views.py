@@ -1,4 +1,8 @@
-"""Reviewer pages (CONTRACT §6). Function views; htmx requests get the page's partial section."""
+"""Reviewer pages (CONTRACT §6). Function views; htmx requests get the page's partial section.
+
+Per-agent reviewers (``agentrun.access``): a hidden agent's runs are 404 and absent from the inbox,
+thread pages and history; a decision on a call the user may not decide is 403.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,13 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
-from agentrun.access import can_decide, can_view
+from agentrun.access import can_decide, can_decide_agent, can_view, hidden_agent_ids, only_visible
 from agentrun.engine.decisions import decide
 from agentrun.engine.dispatch import continue_in_background
 from agentrun.errors import AgentRunError
@@ -61,10 +65,11 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         "resource_id": request.GET.get("resource", "").strip(),
         "tool_name": request.GET.get("tool", "").strip(),
     }
+    hidden = hidden_agent_ids(request.user)
     context = {
-        "threads": selectors.inbox_threads(**filters),
+        "threads": selectors.inbox_threads(**filters, hidden=hidden),
         "filters": filters,
-        "choices": selectors.inbox_filter_choices(),
+        "choices": selectors.inbox_filter_choices(hidden),
         "query": request.GET.urlencode(),
     }
     return _page(request, "approvals/inbox.html", "threads", context)
@@ -75,11 +80,12 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
 @vary_on_headers("HX-Request")
 @viewer_required
 def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
-    calls = selectors.open_call_views(selectors.thread_open_calls(thread_id))
+    hidden = hidden_agent_ids(request.user)
+    calls = selectors.open_call_views(selectors.thread_open_calls(thread_id, hidden))
     context = {
         "thread_id": thread_id,
         "calls": calls,
-        "messages": selectors.recent_messages(thread_id),
+        "messages": selectors.recent_messages(thread_id, hidden=hidden),
         "can_decide": can_decide(request.user),
     }
     if request.htmx and "known" in request.GET:
@@ -88,7 +94,7 @@ def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
         known = [k for k in request.GET.get("known", "").split() if k]
         open_ids = {c.tool_call_id for c in calls}
         gone = [k for k in known if k not in open_ids]
-        decisions = selectors.decisions_for_calls(gone)
+        decisions = selectors.decisions_for_calls(gone, hidden)
         context |= {
             "calls": [c for c in calls if c.tool_call_id not in known],
             "gone": [{"tool_call_id": k, "decision": decisions.get(k)} for k in gone],
@@ -103,10 +109,12 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
     """Approve / decline / edit & approve / resume one open call, then continue the run server-side."""
     if not can_decide(request.user):
         raise PermissionDenied("You may not decide tool calls.")
+    agent_id = Run.objects.filter(pk=run_id).values_list("agent_id", flat=True).first()
+    if agent_id is not None and not can_decide_agent(request.user, agent_id):
+        # Before anything about the call is read: who decided it is none of this user's business.
+        raise PermissionDenied("You may not decide this agent's tool calls.")
     action = request.POST.get("action", "")
-    call = (
-        SuspendedToolCall.objects.select_related("run").filter(run_id=run_id, tool_call_id=tool_call_id).first()
-    )
+    call = SuspendedToolCall.objects.select_related("run").filter(run_id=run_id, tool_call_id=tool_call_id).first()
     if call is None:
         decision = selectors.latest_decision(run_id, tool_call_id)
         if decision is None:
@@ -136,6 +144,8 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
     try:
         outcome = decide(**kwargs, decided_by=request.user, via=Decision.Via.DASHBOARD)
     except AgentRunError as exc:
+        if exc.code == "PERMISSION_DENIED":  # e.g. a sub-agent's call this user may not decide
+            raise PermissionDenied(exc.message) from exc
         if exc.code in ALREADY_DECIDED_CODES:
             decision = selectors.latest_decision(run_id, tool_call_id)
             if decision is not None:
@@ -158,12 +168,13 @@ def _form_error(request: HtmxHttpRequest, view: selectors.OpenCallView, status: 
     if request.htmx:
         return render(request, "approvals/thread.html#call", context, status=status)
     thread_id = view.call.run.thread_id
-    calls = selectors.open_call_views(selectors.thread_open_calls(thread_id))
+    hidden = hidden_agent_ids(request.user)
+    calls = selectors.open_call_views(selectors.thread_open_calls(thread_id, hidden))
     calls = [view if c.tool_call_id == view.tool_call_id else c for c in calls]
     context = {
         "thread_id": thread_id,
         "calls": calls,
-        "messages": selectors.recent_messages(thread_id),
+        "messages": selectors.recent_messages(thread_id, hidden=hidden),
         "can_decide": True,
     }
     return render(request, "approvals/thread.html", context, status=status)
@@ -199,7 +210,10 @@ def _decision_response(
 @vary_on_headers("HX-Request")
 @viewer_required
 def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    hidden = hidden_agent_ids(request.user)
     run = get_object_or_404(Run.objects.select_related("thread"), pk=run_id)
+    if run.agent_id in hidden:
+        raise Http404("No such run.")
     messages = list(run.messages.order_by("created_at", "id"))
     final_answer = next((m for m in reversed(messages) if m.role == "assistant" and m.content), None)
     last_seq = run.next_seq - 1
@@ -210,7 +224,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "steps": list(run.steps.order_by("created_at", "id")),
         "decisions": list(run.decisions.order_by("decided_at", "id")),
         "open_calls": list(run.suspended_calls.filter(status=SuspendedToolCall.Status.OPEN)),
-        "child_runs": list(run.child_runs.order_by("created_at", "id")),
+        "child_runs": list(run.child_runs.exclude(agent_id__in=hidden).order_by("created_at", "id")),
         "stream_state": {"runId": run.id, "after": last_seq, "final": run.is_final, "status": run.status},
     }
     return _page(request, "approvals/run.html", "run-body", context)
@@ -226,7 +240,8 @@ def history(request: HtmxHttpRequest) -> HttpResponse:
         "decided_by": request.GET.get("decided_by", "").strip(),
         "kind": request.GET.get("kind", "").strip(),
     }
-    decisions = Decision.objects.all().order_by("-decided_at", "-id")
+    visible = only_visible(Decision.objects.all(), request.user)
+    decisions = visible.order_by("-decided_at", "-id")
     if filters["agent"]:
         decisions = decisions.filter(agent_id=filters["agent"])
     if filters["decided_by"]:
@@ -240,8 +255,8 @@ def history(request: HtmxHttpRequest) -> HttpResponse:
         "page": page,
         "filters": filters,
         "kinds": Decision.Kind.choices,
-        "agents": sorted(set(Decision.objects.values_list("agent_id", flat=True).distinct())),
-        "deciders": sorted({u for u in Decision.objects.values_list("decided_by_username", flat=True).distinct() if u}),
+        "agents": sorted(set(visible.values_list("agent_id", flat=True).distinct())),
+        "deciders": sorted({u for u in visible.values_list("decided_by_username", flat=True).distinct() if u}),
         "query": query.urlencode(),
     }
     return _page(request, "approvals/history.html", "decisions", context)

@@ -40,15 +40,17 @@ async def collect(stream_or_coro: Any) -> tuple[Any, list[dict]]:
     return stream, chunks
 
 
-async def start(agent_id: str, message: str, *, thread: str | None = "thread-1", resource: str | None = "user-1",
-                **options: Any) -> tuple[Any, list[dict]]:
+async def start(
+    agent_id: str, message: str, *, thread: str | None = "thread-1", resource: str | None = "user-1", **options: Any
+) -> tuple[Any, list[dict]]:
     """Start a run on a demo agent and read its first segment to the end."""
     memory = {"thread": thread, "resource": resource} if thread else None
     return await collect(get_agent(agent_id).stream(message, memory=memory, **options))
 
 
-async def suspended_email_run(*, thread: str = "thread-1", resource: str = "user-1", agent_id: str = "support-agent",
-                              args: dict | None = None) -> str:
+async def suspended_email_run(
+    *, thread: str = "thread-1", resource: str = "user-1", agent_id: str = "support-agent", args: dict | None = None
+) -> str:
     """A support-agent run waiting for approval of one ``send-email`` call; returns its run id."""
     stream, chunks = await start(agent_id, tool_line("send-email", args or EMAIL), thread=thread, resource=resource)
     assert of_type(chunks, "finish")[-1]["payload"]["finishReason"] == "suspended", chunks
@@ -109,8 +111,15 @@ class RecordingModel(DirectiveModel):
             yield event
 
 
-def bulk_suspended_runs(count: int, *, agents: int = 10, threads: int = 400, resources: int = 150,
-                        start: datetime | None = None, spacing_s: int = 37) -> list[str]:
+def bulk_suspended_runs(
+    count: int,
+    *,
+    agents: int = 10,
+    threads: int = 400,
+    resources: int = 150,
+    start: datetime | None = None,
+    spacing_s: int = 37,
+) -> list[str]:
     """Write ``count`` suspended runs straight to the tables (what the engine leaves behind), fast.
 
     Spread over ``agents`` agents (``bulk-agent-<n>``), threads and resources, with created_at one
@@ -130,19 +139,61 @@ def bulk_suspended_runs(count: int, *, agents: int = 10, threads: int = 400, res
         resource_id = f"bulk-user-{((i * 7) % threads) % resources}"
         created_at = start + timedelta(seconds=i * spacing_s)
         run_id, step_id, call_id = f"run_bulk_{i:07d}", f"step_bulk_{i:07d}", f"call_bulk_{i:07d}"
-        runs.append(Run(id=run_id, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id,
-                        status=Run.Status.SUSPENDED, created_at=created_at, started_at=created_at,
-                        suspended_at=created_at, step_count=1))
-        steps.append(RunStep(id=step_id, run_id=run_id, agent_id=agent_id, thread_id=thread_id,
-                             type=RunStep.Type.TOOL_CALLS, created_at=created_at,
-                             step_details={"type": "tool_calls", "toolCalls": [
-                                 {"id": call_id, "type": "function",
-                                  "function": {"name": "send-email", "arguments": json.dumps(EMAIL), "output": None}},
-                             ]}))
-        snapshots.append(Snapshot(run_id=run_id, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id,
-                                  created_at=created_at, suspended_at=created_at, step_id=step_id))
-        calls.append(SuspendedToolCall(run_id=run_id, step_id=step_id, tool_call_id=call_id, tool_name="send-email",
-                                       args=EMAIL, requires_approval=True, created_at=created_at))
+        runs.append(
+            Run(
+                id=run_id,
+                agent_id=agent_id,
+                thread_id=thread_id,
+                resource_id=resource_id,
+                status=Run.Status.SUSPENDED,
+                created_at=created_at,
+                started_at=created_at,
+                suspended_at=created_at,
+                step_count=1,
+            )
+        )
+        steps.append(
+            RunStep(
+                id=step_id,
+                run_id=run_id,
+                agent_id=agent_id,
+                thread_id=thread_id,
+                type=RunStep.Type.TOOL_CALLS,
+                created_at=created_at,
+                step_details={
+                    "type": "tool_calls",
+                    "toolCalls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": "send-email", "arguments": json.dumps(EMAIL), "output": None},
+                        },
+                    ],
+                },
+            )
+        )
+        snapshots.append(
+            Snapshot(
+                run_id=run_id,
+                agent_id=agent_id,
+                thread_id=thread_id,
+                resource_id=resource_id,
+                created_at=created_at,
+                suspended_at=created_at,
+                step_id=step_id,
+            )
+        )
+        calls.append(
+            SuspendedToolCall(
+                run_id=run_id,
+                step_id=step_id,
+                tool_call_id=call_id,
+                tool_name="send-email",
+                args=EMAIL,
+                requires_approval=True,
+                created_at=created_at,
+            )
+        )
     for model, rows in ((Run, runs), (RunStep, steps), (Snapshot, snapshots), (SuspendedToolCall, calls)):
         model.objects.bulk_create(rows, batch_size=2000)
     return [r.id for r in runs]

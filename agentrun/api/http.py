@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
-from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -18,32 +18,18 @@ from rest_framework.views import APIView
 
 from agentrun.access import VIEW_PERMISSION
 from agentrun.api.exceptions import too_large
+from agentrun.engine.inputs import json_problem
 from agentrun.errors import AgentRunError
+from agentrun.wire import max_body_size, parse_json
 
 EVENT_STREAM = "text/event-stream"
 
 
-def max_body_size() -> int:
-    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 1024 * 1024
-
-
 def check_text(value: Any, where: str) -> None:
-    """Refuse what the databases cannot store (NUL characters, lone surrogates): a 400, never a 500."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                raise AgentRunError("INVALID_REQUEST", f"{where} must not contain NUL characters")
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                raise AgentRunError("INVALID_REQUEST", f"{where} must be valid Unicode text") from None
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+    """Refuse what the databases cannot store (NUL characters, lone surrogates, infinite numbers) and
+    what is nested too deeply to handle safely: a 400, never a 500."""
+    if problem := json_problem(value):
+        raise AgentRunError("INVALID_REQUEST", f"{where} {problem}")
 
 
 class BoundedJSONParser(BaseParser):
@@ -58,16 +44,7 @@ class BoundedJSONParser(BaseParser):
             raise too_large()
         if not raw.strip():
             return {}
-        try:
-            data = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise exceptions.ParseError(f"The body is not valid JSON: {exc}") from None
-        check_text(data, "the body")
-        return data
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+        return parse_json(raw, where="the body")
 
 
 class EventStreamRenderer(BaseRenderer):
@@ -112,6 +89,15 @@ class ApiView(APIView):
     content_negotiation_class = LenientNegotiation
     required_permissions: dict[str, str] = {}
 
+    def initialize_request(self, request: Any, *args: Any, **kwargs: Any) -> Request:
+        # DRF reads no body at all without a Content-Length: a chunked request (ASGI) would reach the
+        # view as an empty body — and an empty approve body approves. Read it here, bounded.
+        if not request.META.get("CONTENT_LENGTH"):
+            raw = request.read(max_body_size() + 1)
+            request.META["CONTENT_LENGTH"] = str(len(raw))  # over the limit: initial() answers 413
+            request._body, request._stream, request._read_started = raw, io.BytesIO(raw), False
+        return super().initialize_request(request, *args, **kwargs)
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         length = request.META.get("CONTENT_LENGTH") or "0"
         if length.isdigit() and int(length) > max_body_size():
@@ -120,6 +106,7 @@ class ApiView(APIView):
         check_text(list(kwargs.values()), "the path")
         check_text([v for values in request.query_params.lists() for v in values[1]], "the query")
         check_text(list(request.query_params.keys()), "the query")
+        check_text(request.headers.get("Idempotency-Key") or "", "the Idempotency-Key header")  # it is stored
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         # Every Response of this API is JSON, errors included, even when the client asked for an

@@ -66,11 +66,20 @@ CURSOR_PARAMS = [
 ]
 
 
-def _run_or_404(run_id: str) -> Run:
+def _run_or_404(run_id: str, user: Any) -> Run:
+    """The run, or ``RUN_NOT_FOUND`` when it does not exist or its agent is hidden from ``user``."""
     run = Run.objects.filter(pk=run_id).first()
-    if run is None:
+    if run is None or not access.in_agent_scope(user, run.agent_id):
         raise AgentRunError("RUN_NOT_FOUND", f"No run {run_id}.")
     return run
+
+
+def _agent_or_404(agent_id: str, user: Any) -> Agent:
+    """The registered agent, or ``AGENT_NOT_FOUND`` when it is not registered or hidden from ``user``."""
+    agent = get_agent(agent_id)
+    if not access.in_agent_scope(user, agent.id):
+        raise AgentRunError("AGENT_NOT_FOUND", f"No agent {agent_id!r} is registered.")
+    return agent
 
 
 def _seq_param(value: str | None, name: str) -> int:
@@ -83,7 +92,8 @@ class AgentListView(ApiView):
         operation_id="agents_list", tags=["agents"], responses={200: s.AgentListSerializer, **errors(401, 403)}
     )
     def get(self, request: Request) -> Response:
-        return Response(list_envelope([agent.to_dict() for agent in all_agents()]))
+        hidden = access.hidden_agent_ids(request.user)
+        return Response(list_envelope([agent.to_dict() for agent in all_agents() if agent.id not in hidden]))
 
 
 class AgentStreamView(ApiView):
@@ -97,7 +107,7 @@ class AgentStreamView(ApiView):
         responses={(200, "text/event-stream"): SSE_RESPONSE, **errors(*WRITE_ERRORS)},
     )
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - the contract's path parameter
-        agent = get_agent(agentId)
+        agent = _agent_or_404(agentId, request.user)
         kwargs = stream_kwargs(self.body())
         stream = start_detached(agent.stream, **kwargs)
         return event_stream_response(stream.full_stream)
@@ -113,7 +123,7 @@ class AgentGenerateView(ApiView):
         responses={200: s.GenerateResponseSerializer, **errors(*WRITE_ERRORS)},
     )
     def post(self, request: Request, agentId: str) -> Response:  # noqa: N803
-        agent = get_agent(agentId)
+        agent = _agent_or_404(agentId, request.user)
         kwargs = stream_kwargs(self.body())
         return Response(async_to_sync(_generate)(agent, kwargs))
 
@@ -139,7 +149,7 @@ class SuspendedRunsView(ApiView):
         responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request, agentId: str) -> Response:  # noqa: N803
-        agent = get_agent(agentId)
+        agent = _agent_or_404(agentId, request.user)
         q = request.query_params
         page = list_suspended_runs(
             agent_id=agent.id,
@@ -162,7 +172,7 @@ class DecisionView(ApiView):
     required_permissions = {"POST": access.DECIDE_PERMISSION}
 
     def decide(self, request: Request, agent_id: str, run_id: str) -> Any:
-        agent = get_agent(agent_id)
+        agent = _agent_or_404(agent_id, request.user)
         body = self.body()
         answer = decide_via_api(
             user=request.user,
@@ -253,8 +263,10 @@ class RunDetailView(ApiView):
         operation_id="runs_retrieve", tags=["runs"], responses={200: s.RunSerializer, **errors(*READ_ERRORS)}
     )
     def get(self, request: Request, runId: str) -> Response:  # noqa: N803
-        expire_run_if_due(runId)  # a run past its time to live reads as expired, sweeper or not
-        return Response(_run_or_404(runId).to_dict())
+        run = _run_or_404(runId, request.user)
+        if expire_run_if_due(run.id):  # a run past its time to live reads as expired, sweeper or not
+            run.refresh_from_db()
+        return Response(run.to_dict())
 
 
 class RunCancelView(ApiView):
@@ -267,7 +279,8 @@ class RunCancelView(ApiView):
         responses={200: s.RunSerializer, **errors(*WRITE_ERRORS, 409)},
     )
     def post(self, request: Request, runId: str) -> Response:  # noqa: N803
-        return Response(cancel_run(run_id=runId).to_dict())
+        run = _run_or_404(runId, request.user)
+        return Response(cancel_run(run_id=run.id, agent_id=run.agent_id).to_dict())
 
 
 class RunStepListView(ApiView):
@@ -278,7 +291,7 @@ class RunStepListView(ApiView):
         responses={200: s.StepListSerializer, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request, runId: str) -> Response:  # noqa: N803
-        run = _run_or_404(runId)
+        run = _run_or_404(runId, request.user)
         return Response(cursor_page(RunStep.objects.filter(run=run), request.query_params))
 
 
@@ -287,7 +300,7 @@ class RunStepDetailView(ApiView):
         operation_id="runs_steps_retrieve", tags=["runs"], responses={200: s.StepSerializer, **errors(*READ_ERRORS)}
     )
     def get(self, request: Request, runId: str, stepId: str) -> Response:  # noqa: N803
-        run = _run_or_404(runId)
+        run = _run_or_404(runId, request.user)
         step = RunStep.objects.filter(run=run, pk=stepId).first()
         if step is None:
             raise AgentRunError("NOT_FOUND", f"Run {run.id} has no step {stepId}.")
@@ -313,7 +326,7 @@ class RunStreamView(ApiView):
         responses={(200, "text/event-stream"): SSE_RESPONSE, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request, runId: str) -> Any:  # noqa: N803
-        run = _run_or_404(runId)
+        run = _run_or_404(runId, request.user)
         last_event_id = request.headers.get("Last-Event-ID")
         if last_event_id:
             after = _seq_param(last_event_id, "Last-Event-ID")
@@ -333,7 +346,15 @@ class ThreadMessageListView(ApiView):
     def get(self, request: Request, threadId: str) -> Response:  # noqa: N803
         if not Thread.objects.filter(pk=threadId).exists():
             raise AgentRunError("NOT_FOUND", f"No thread {threadId}.")
-        return Response(cursor_page(Message.objects.filter(thread_id=threadId), request.query_params))
+        messages = Message.objects.filter(thread_id=threadId)
+        if hidden := access.hidden_agent_ids(request.user):
+            # A thread's messages belong to its runs: those of hidden agents are left out, and a thread
+            # whose runs are all hidden does not exist for this user.
+            runs = Run.objects.filter(thread_id=threadId)
+            if runs.exists() and not runs.exclude(agent_id__in=hidden).exists():
+                raise AgentRunError("NOT_FOUND", f"No thread {threadId}.")
+            messages = messages.exclude(run__agent_id__in=hidden)
+        return Response(cursor_page(messages, request.query_params))
 
 
 class DecisionListView(ApiView):
@@ -353,7 +374,7 @@ class DecisionListView(ApiView):
     )
     def get(self, request: Request) -> Response:
         q = request.query_params
-        decisions = Decision.objects.all()
+        decisions = access.only_visible(Decision.objects.all(), request.user)
         for param, field in (
             ("agentId", "agent_id"),
             ("threadId", "thread_id"),
@@ -387,7 +408,7 @@ class BackgroundTaskListView(ApiView):
     )
     def get(self, request: Request) -> Response:
         q = request.query_params
-        tasks = BackgroundTask.objects.all()
+        tasks = access.only_visible(BackgroundTask.objects.all(), request.user)
         if status := choice_param(q.get("status"), name="status", choices=BACKGROUND_TASK_STATUSES, default=None):
             tasks = tasks.filter(status=status)
         for param, field in (("agentId", "agent_id"), ("threadId", "thread_id"), ("runId", "run_id")):
@@ -406,4 +427,7 @@ class BackgroundTaskCancelView(ApiView):
         responses={200: s.BackgroundTaskSerializer, **errors(*WRITE_ERRORS, 409)},
     )
     def post(self, request: Request, taskId: str) -> Response:  # noqa: N803
+        task = BackgroundTask.objects.filter(pk=taskId).values_list("agent_id", flat=True).first()
+        if task is not None and not access.in_agent_scope(request.user, task):
+            raise AgentRunError("NOT_FOUND", f"No background task {taskId}.")
         return Response(async_to_sync(background.cancel)(taskId).to_dict())

@@ -175,9 +175,7 @@ class Agent:
         warnings.warn(
             "stream_until_idle() is deprecated; use stream(..., until_idle=True)", DeprecationWarning, stacklevel=2
         )
-        return await self.stream(
-            messages, until_idle={"max_idle_ms": max_idle_ms} if max_idle_ms else True, **options
-        )
+        return await self.stream(messages, until_idle={"max_idle_ms": max_idle_ms} if max_idle_ms else True, **options)
 
     async def generate(self, messages: Any, **options: Any) -> dict:
         """Run until the run rests, and return ``{runId, status, text, toolCalls, finishReason, usage, suspended}``."""
@@ -275,29 +273,54 @@ class Agent:
         return self._drive(run_id, decision=decision)
 
     async def approve_tool_call(
-        self, *, run_id: str, tool_call_id: str | None = None, args: dict | None = None,
-        reason: str | None = None, decided_by: Any = None, via: str = "python",
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        args: dict | None = None,
+        reason: str | None = None,
+        decided_by: Any = None,
+        via: str = "python",
     ) -> RunStream:
         return await self._decide(
-            "approve", run_id=run_id, tool_call_id=tool_call_id, args=args, reason=reason,
-            decided_by=decided_by, via=via,
+            "approve",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            args=args,
+            reason=reason,
+            decided_by=decided_by,
+            via=via,
         )
 
     async def decline_tool_call(
-        self, *, run_id: str, tool_call_id: str | None = None, reason: str | None = None,
-        decided_by: Any = None, via: str = "python",
+        self,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        reason: str | None = None,
+        decided_by: Any = None,
+        via: str = "python",
     ) -> RunStream:
         return await self._decide(
             "decline", run_id=run_id, tool_call_id=tool_call_id, reason=reason, decided_by=decided_by, via=via
         )
 
     async def resume_stream(
-        self, resume_data: Any, *, run_id: str, tool_call_id: str | None = None,
-        decided_by: Any = None, via: str = "python",
+        self,
+        resume_data: Any,
+        *,
+        run_id: str,
+        tool_call_id: str | None = None,
+        decided_by: Any = None,
+        via: str = "python",
     ) -> RunStream:
         return await self._decide(
-            "resume", run_id=run_id, tool_call_id=tool_call_id, resume_data=resume_data,
-            decided_by=decided_by, via=via,
+            "resume",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            resume_data=resume_data,
+            decided_by=decided_by,
+            via=via,
         )
 
 

@@ -100,9 +100,7 @@ def claim(task_id: str) -> BackgroundTask | None:
 
 def beat(task_id: str) -> bool:
     """Renew the heartbeat; True when someone asked to cancel the task."""
-    BackgroundTask.objects.filter(pk=task_id, status=BackgroundTask.Status.RUNNING).update(
-        heartbeat_at=timezone.now()
-    )
+    BackgroundTask.objects.filter(pk=task_id, status=BackgroundTask.Status.RUNNING).update(heartbeat_at=timezone.now())
     return BackgroundTask.objects.filter(pk=task_id, cancel_requested=True).exists()
 
 
@@ -125,9 +123,9 @@ def finish(task_id: str, *, status: str, result: Any = None, error: str | None =
             content, tool_status = "Background task cancelled", "error"
         else:
             content, tool_status = f"Background task failed: {error}", "error"
-        Message.objects.filter(
-            thread_id=row.thread_id, role=Message.Role.TOOL, tool_call_id=row.tool_call_id
-        ).update(content=content, tool_status=tool_status)
+        Message.objects.filter(thread_id=row.thread_id, role=Message.Role.TOOL, tool_call_id=row.tool_call_id).update(
+            content=content, tool_status=tool_status
+        )
     return row
 
 
@@ -274,7 +272,9 @@ async def _announce_end(row: BackgroundTask) -> None:
 def idle_state(run_id: str) -> tuple[list[str], bool]:
     """(finished calls awaiting a continuation turn, anything still pending or running)."""
     rows = list(BackgroundTask.objects.filter(run_id=run_id).values("tool_call_id", "status", "continued_at"))
-    finished = [r["tool_call_id"] for r in rows if r["status"] in BackgroundTask.FINAL_STATUSES and not r["continued_at"]]
+    finished = [
+        r["tool_call_id"] for r in rows if r["status"] in BackgroundTask.FINAL_STATUSES and not r["continued_at"]
+    ]
     busy = any(r["status"] in (BackgroundTask.Status.PENDING, BackgroundTask.Status.RUNNING) for r in rows)
     return finished, busy
 

@@ -9,15 +9,18 @@ A unique constraint on (run, tool call, suspension) backs the lock: a second dec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agentrun import access
+from agentrun.engine.inputs import json_problem
 from agentrun.errors import AgentRunError
 from agentrun.fanout import notify_approvals
-from agentrun.timeutil import iso
 from agentrun.models import Decision, Run, RunStep, Snapshot, SuspendedToolCall
+from agentrun.timeutil import iso
 
 DECISION_KINDS = {"approve", "decline", "resume"}
 
@@ -76,9 +79,7 @@ def _tool_for(agent_id: str, call: SuspendedToolCall) -> Any:
     from agentrun.engine.agents import get_agent
 
     if call.inner_run_id:
-        inner = SuspendedToolCall.objects.filter(
-            run_id=call.inner_run_id, tool_call_id=call.inner_tool_call_id
-        ).first()
+        inner = SuspendedToolCall.objects.filter(run_id=call.inner_run_id, tool_call_id=call.inner_tool_call_id).first()
         if inner is not None:
             return get_agent(call.inner_agent_id).tools.get(inner.tool_name)
     return get_agent(agent_id).tools.get(call.tool_name)
@@ -99,8 +100,13 @@ def decide(
     """Record a decision on an open tool call, or raise the contract's error having changed nothing."""
     if kind not in DECISION_KINDS:
         raise AgentRunError("INVALID_REQUEST", f"unknown decision {kind!r}")
-    if reason is not None and not isinstance(reason, str):
-        raise AgentRunError("INVALID_REQUEST", "reason must be a string")
+    if reason is not None and (not isinstance(reason, str) or json_problem(reason)):
+        raise AgentRunError("INVALID_REQUEST", "reason must be a string of Unicode text (no NUL characters)")
+    # A person must be allowed to decide this agent's calls (global permission and per-agent scope);
+    # checked first, so someone who may not decide learns nothing about the run. None or a name: trusted.
+    person = decided_by if access.is_person(decided_by) else None
+    if person is not None and not access.can_decide_agent(person, agent_id):
+        raise AgentRunError("PERMISSION_DENIED", f"You may not decide the tool calls of agent {agent_id}.")
     expire_run_if_due(run_id)
     try:
         with transaction.atomic():
@@ -124,6 +130,11 @@ def decide(
                 call = next((c for c in open_calls if c.tool_call_id == tool_call_id), None)
             if call is None or run.status != Run.Status.SUSPENDED:
                 raise _not_open_error(run, tool_call_id)
+            if person is not None and call.inner_agent_id and not access.can_decide_agent(person, call.inner_agent_id):
+                # Deciding a surfaced sub-agent call runs the sub-agent's tool: its reviewers' call too.
+                raise AgentRunError(
+                    "PERMISSION_DENIED", f"You may not decide the tool calls of agent {call.inner_agent_id}."
+                )
 
             if kind == "resume" and call.requires_approval:
                 raise AgentRunError(
@@ -157,7 +168,8 @@ def decide(
                 resume_data=resume_data if kind == "resume" else None,
                 reason=reason if kind != "resume" else None,
                 decided_by=decided_by if getattr(decided_by, "pk", None) else None,
-                decided_by_username=getattr(decided_by, "username", None) or (decided_by if isinstance(decided_by, str) else None),
+                decided_by_username=getattr(decided_by, "username", None)
+                or (decided_by if isinstance(decided_by, str) else None),
                 via=via,
             )
             call.status = SuspendedToolCall.Status.DECIDED
@@ -213,18 +225,23 @@ def expire_run_if_due(run_id: str) -> bool:
                 via=Decision.Via.SYSTEM,
                 reason="The run waited longer than its time to live.",
             )
-        SuspendedToolCall.objects.filter(run=run).delete()
-        RunStep.objects.filter(run=run, status=RunStep.Status.IN_PROGRESS).update(
-            status=RunStep.Status.EXPIRED, expired_at=now
-        )
-        Snapshot.objects.filter(run=run).delete()
-        run.status = Run.Status.EXPIRED
-        run.expired_at = now
-        run.save(update_fields=["status", "expired_at"])
-        transaction.on_commit(
-            lambda: notify_approvals("removed", runId=run.id, agentId=run.agent_id, threadId=run.thread_id)
-        )
+        _end_waiting_run(run, status=Run.Status.EXPIRED, step_status=RunStep.Status.EXPIRED, now=now)
     return True
+
+
+def _end_waiting_run(run: Run, *, status: str, step_status: str, now: datetime) -> None:
+    """Move a run (locked by the caller) to a final state: its calls, open steps and snapshot go."""
+    SuspendedToolCall.objects.filter(run=run).delete()
+    RunStep.objects.filter(run=run, status=RunStep.Status.IN_PROGRESS).update(
+        **{"status": step_status, f"{step_status}_at": now}
+    )
+    Snapshot.objects.filter(run=run).delete()
+    run.status = status
+    setattr(run, f"{status}_at", now)
+    run.save(update_fields=["status", f"{status}_at"])
+    transaction.on_commit(
+        lambda: notify_approvals("removed", runId=run.id, agentId=run.agent_id, threadId=run.thread_id)
+    )
 
 
 def expire_due_runs() -> int:
@@ -243,16 +260,5 @@ def cancel_run(*, run_id: str, agent_id: str | None = None) -> Run:
             raise AgentRunError("RUN_NOT_FOUND", f"No run {run_id}.")
         if run.is_final:
             raise AgentRunError("RUN_NOT_SUSPENDED", f"Run {run_id} has already finished ({run.status}).")
-        now = timezone.now()
-        SuspendedToolCall.objects.filter(run=run).delete()
-        RunStep.objects.filter(run=run, status=RunStep.Status.IN_PROGRESS).update(
-            status=RunStep.Status.CANCELLED, cancelled_at=now
-        )
-        Snapshot.objects.filter(run=run).delete()
-        run.status = Run.Status.CANCELLED
-        run.cancelled_at = now
-        run.save(update_fields=["status", "cancelled_at"])
-        transaction.on_commit(
-            lambda: notify_approvals("removed", runId=run.id, agentId=run.agent_id, threadId=run.thread_id)
-        )
+        _end_waiting_run(run, status=Run.Status.CANCELLED, step_status=RunStep.Status.CANCELLED, now=timezone.now())
     return run

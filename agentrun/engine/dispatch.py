@@ -15,7 +15,10 @@ async def continue_run(agent_id: str, run_id: str) -> str:
     from agentrun.engine.agents import get_agent
     from agentrun.engine.loop import Segment
 
-    result = await Segment(get_agent(agent_id), run_id).run()
+    # Only if there is something to drive: the same run may be dispatched twice (a decision's own
+    # dispatch and a sweep's, or two sweeps), and the second must not append an empty segment
+    # (start + finish) to a run that has already finished.
+    result = await Segment(get_agent(agent_id), run_id, only_if_needed=True).run()
     return result.finish_reason
 
 

@@ -2,13 +2,49 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from agentrun.errors import AgentRunError
 
+# Deep enough for any real body or tool arguments, shallow enough that nothing downstream (pydantic,
+# deepcopy, the JSON encoders, the databases' JSON functions) runs out of stack on it.
+MAX_JSON_DEPTH = 64
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
+
+
+def json_problem(value: Any) -> str | None:
+    """Why a decoded JSON value cannot be kept as it is, or None.
+
+    Refused: nesting deeper than ``MAX_JSON_DEPTH``, numbers that are not finite (``1e400`` decodes to
+    infinity, which neither database stores as JSON), NUL characters and lone surrogates in strings or
+    keys (PostgreSQL cannot store them, and they are not Unicode text). Iterative: any depth is safe.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "must not contain NUL characters"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "must be valid Unicode text"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "must not hold numbers out of range (infinite or NaN)"
+        elif isinstance(item, dict | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                return f"must not be nested more than {MAX_JSON_DEPTH} levels deep"
+            if isinstance(item, dict):
+                stack.extend((key, depth + 1) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
+    return None
 
 
 def validate_metadata(metadata: Any) -> dict[str, str]:
@@ -25,6 +61,8 @@ def validate_metadata(metadata: Any) -> dict[str, str]:
             raise AgentRunError("INVALID_METADATA", f"metadata keys are at most {MAX_METADATA_KEY} characters")
         if len(value) > MAX_METADATA_VALUE:
             raise AgentRunError("INVALID_METADATA", f"metadata values are at most {MAX_METADATA_VALUE} characters")
+        if problem := json_problem([key, value]):
+            raise AgentRunError("INVALID_METADATA", f"metadata {problem}")
     return dict(metadata)
 
 
@@ -38,16 +76,23 @@ def normalize_messages(messages: Any) -> list[dict]:
     for m in messages:
         if isinstance(m, str):
             out.append({"role": "user", "content": m})
-        elif isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role", "user") in (
-            "user",
-            "system",
-            "assistant",
+        elif (
+            isinstance(m, dict)
+            and isinstance(m.get("content"), str)
+            and m.get("role", "user")
+            in (
+                "user",
+                "system",
+                "assistant",
+            )
         ):
             out.append({"role": m.get("role", "user"), "content": m["content"]})
         else:
             raise AgentRunError(
                 "INVALID_REQUEST", "each message must be a string or {role: user|system|assistant, content: string}"
             )
+    if problem := json_problem(out):  # the Python API too: a 400-kind error, never a database error
+        raise AgentRunError("INVALID_REQUEST", f"messages {problem}")
     return out
 
 
@@ -63,6 +108,8 @@ def normalize_memory(memory: Any) -> tuple[str | None, str | None]:
     for name, value in (("memory.thread", thread), ("memory.resource", resource)):
         if value is not None and (not isinstance(value, str) or not value or len(value) > 255):
             raise AgentRunError("INVALID_REQUEST", f"{name} must be a non-empty string of at most 255 characters")
+        if value is not None and (problem := json_problem(value)):
+            raise AgentRunError("INVALID_REQUEST", f"{name} {problem}")
     return thread, resource
 
 
@@ -82,7 +129,17 @@ def normalize_until_idle(until_idle: Any) -> dict | None:
         return {"max_idle_ms": 300_000}
     if isinstance(until_idle, dict):
         value = until_idle.get("max_idle_ms", until_idle.get("maxIdleMs", 300_000))
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
             raise AgentRunError("INVALID_REQUEST", "untilIdle.maxIdleMs must be a positive number")
         return {"max_idle_ms": value}
     raise AgentRunError("INVALID_REQUEST", "untilIdle must be a boolean or {maxIdleMs}")
+
+
+def decode_model_args(text: str) -> Any:
+    """A model's tool arguments as an object, or the raw text when they are not JSON that can be kept
+    (the tool's validation then turns the text into a tool-error the model sees)."""
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except (ValueError, RecursionError):  # JSONDecodeError, over-long integers, deep nesting
+        return text
+    return text if json_problem(value) else value

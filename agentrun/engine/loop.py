@@ -9,15 +9,16 @@ Chunks are numbered by the segment's ``ChunkLog`` and end with exactly one ``fin
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from agentrun.engine import background, store
+from agentrun.engine.inputs import decode_model_args
 from agentrun.engine.providers import ModelError, ModelFinish, ModelToolCall, TextDelta, usage_dict
 from agentrun.engine.tools import Tool, ToolContext, ToolSuspended
 from agentrun.errors import AgentRunError
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agentrun.engine")
 
 DEFAULT_DECLINE_REASON = "Tool call was not approved by the user"
+# Errors of the database connection itself (not of a query): retried by taking the run over later.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
 def db(fn):
@@ -77,6 +80,7 @@ class RunLease:
         self._heartbeat: asyncio.Task | None = None
 
     async def __aenter__(self) -> RunLease:
+        await db(store.recover_connection)()  # a connection broken by a database restart is replaced
         delay = 0.01
         while not await db(store.acquire_lease)(self.run_id, self.owner):
             await asyncio.sleep(delay)
@@ -87,11 +91,19 @@ class RunLease:
     async def _beat(self) -> None:
         while True:
             await asyncio.sleep(store.lease_ttl().total_seconds() / 3)
-            await db(store.renew_lease)(self.run_id, self.owner)
+            try:
+                await db(store.renew_lease)(self.run_id, self.owner)
+            except Exception:  # a database hiccup must not stop the heartbeat for good
+                logger.warning("could not renew the lease of %s", self.run_id, exc_info=True)
+                await db(store.recover_connection)()
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type | None, *exc: object) -> None:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if exc_type is not None and issubclass(exc_type, DATABASE_UNAVAILABLE):
+            # The database went away mid-segment: keep the lease; once it expires a sweep continues
+            # the run from what was committed (see Segment.run).
+            return
         await db(store.release_lease)(self.run_id, self.owner)
 
 
@@ -108,8 +120,17 @@ async def announce(run_id: str, chunks: list[tuple[str, dict]]) -> None:
 
 
 class Segment:
-    def __init__(self, agent: Agent, run_id: str, sinks: list | None = None, *, directive: str | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        run_id: str,
+        sinks: list | None = None,
+        *,
+        directive: str | None = None,
+        only_if_needed: bool = False,
+    ) -> None:
         self.agent = agent
+        self.only_if_needed = only_if_needed
         self.run_id = run_id
         self.publisher = RunPublisher(run_id)
         self.sinks = [*(sinks or []), self.publisher]
@@ -125,10 +146,19 @@ class Segment:
     async def run(self) -> SegmentResult:
         async with RunLease(self.run_id):
             run = await db(store.load_run)(self.run_id)
+            if self.only_if_needed and not await db(store.needs_driving)(run):
+                self.result.finish_reason = _finish_reason_for(run.status)
+                return self.result
             self.log = store.ChunkLog(run.id, run.next_seq, self.sinks)
             self.emit("start", {"runId": run.id, "agentId": run.agent_id, "threadId": run.thread_id})
             try:
                 self.result.finish_reason = await self._drive(run)
+            except DATABASE_UNAVAILABLE:
+                # Not the run's fault (a database restart, a dropped connection): the run is not
+                # failed. The lease is kept and expires; a sweep then continues the run from its last
+                # committed state (an approved call still ``executing`` re-runs with the same id).
+                logger.warning("run %s: database unavailable; it will be continued", self.run_id, exc_info=True)
+                raise
             except Exception as exc:  # a bug or a crash in a tool wrapper: record it, never swallow it
                 logger.exception("run %s failed", self.run_id)
                 error = {"code": "server_error", "message": f"{type(exc).__name__}: {exc}"}
@@ -178,10 +208,19 @@ class Segment:
                     ctx.resume_data = decision.resume_data
                 outcome = await self._execute(tool, args, ctx)
             if outcome.status == "suspended":
-                opened = dict(outcome.open_call or {}, tool_call_id=call.tool_call_id, tool_name=call.tool_name,
-                              args=call.args, position=call.position)
+                opened = dict(
+                    outcome.open_call or {},
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    args=call.args,
+                    position=call.position,
+                )
                 await db(store.record_suspension)(
-                    run, call.step_id, self.log, opens=[opened], ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl)
+                    run,
+                    call.step_id,
+                    self.log,
+                    opens=[opened],
+                    ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl),
                 )
                 self._emit_open(opened)
             else:
@@ -226,6 +265,10 @@ class Segment:
             text_parts: list[str] = []
             calls: list[ModelToolCall] = []
             usage = usage_dict(0, 0)
+            # Make what subscribers have seen so far durable before a model call that may take long:
+            # if this process dies during the call, the run is taken over from the log, and a client
+            # resuming with the last seq it saw must find that seq logged, not re-used by the takeover.
+            await db(self.log.flush_sync)()
             try:
                 async for event in self.agent.model.stream(history, list(self.agent.tools.values())):
                     if isinstance(event, TextDelta):
@@ -312,8 +355,11 @@ class Segment:
                 continue
             outcome = await self._execute(tool, args, ctx)
             if outcome.status == "suspended":
-                opens.append(dict(outcome.open_call or {}, tool_call_id=call.id, tool_name=call.name, args=args,
-                                  position=position))
+                opens.append(
+                    dict(
+                        outcome.open_call or {}, tool_call_id=call.id, tool_name=call.name, args=args, position=position
+                    )
+                )
             else:
                 await self._record(run, step_id, payload_call, args, outcome)
         return opens
@@ -332,8 +378,12 @@ class Segment:
     async def _execute(self, tool: Tool, args: dict, ctx: ToolContext) -> Outcome:
         if tool.background is not None:
             row = await db(background.create)(
-                run_id=ctx.run_id, agent_id=ctx.agent_id, thread_id=ctx.thread_id or "", tool=tool,
-                tool_call_id=ctx.tool_call_id, args=args,
+                run_id=ctx.run_id,
+                agent_id=ctx.agent_id,
+                thread_id=ctx.thread_id or "",
+                tool=tool,
+                tool_call_id=ctx.tool_call_id,
+                args=args,
             )
             await background.run_background_task.aenqueue(row.id)
             text = background.placeholder(row)
@@ -356,18 +406,25 @@ class Segment:
             return Outcome("error", output=str(exc) or type(exc).__name__)
         return Outcome("ok", output=store.output_text(result), result=result)
 
-    async def _record(self, run: Run, step_id: str, call: dict, args: Any, outcome: Outcome,
-                      decision: Decision | None = None) -> None:
-        await db(store.record_tool_result)(run, step_id, self.log, call=call, output=outcome.output,
-                                           status=outcome.status)
+    async def _record(
+        self, run: Run, step_id: str, call: dict, args: Any, outcome: Outcome, decision: Decision | None = None
+    ) -> None:
+        await db(store.record_tool_result)(
+            run, step_id, self.log, call=call, output=outcome.output, status=outcome.status
+        )
         base = {"toolCallId": call["id"], "toolName": call["name"], "args": args}
         if outcome.status == "ok":
             self.emit("tool-result", {**base, "result": outcome.result})
             if outcome.background_task_id:
                 self.emit(
                     "background-task-started",
-                    {"taskId": outcome.background_task_id, "toolName": call["name"], "toolCallId": call["id"],
-                     "agentId": run.agent_id, "runId": run.id},
+                    {
+                        "taskId": outcome.background_task_id,
+                        "toolName": call["name"],
+                        "toolCallId": call["id"],
+                        "agentId": run.agent_id,
+                        "runId": run.id,
+                    },
                 )
         elif outcome.status == "denied":
             approval = {"id": decision.id if decision else None, "approved": False, "reason": outcome.output}
@@ -382,8 +439,11 @@ class Segment:
             "args": opened["args"],
             "resumeSchema": opened.get("resume_schema"),
         }
-        for key, name in (("inner_agent_id", "innerAgentId"), ("inner_run_id", "innerRunId"),
-                          ("inner_tool_call_id", "innerToolCallId")):
+        for key, name in (
+            ("inner_agent_id", "innerAgentId"),
+            ("inner_run_id", "innerRunId"),
+            ("inner_tool_call_id", "innerToolCallId"),
+        ):
             if opened.get(key):
                 payload[name] = opened[key]
         if opened.get("inner_tool_name"):
@@ -398,12 +458,7 @@ class Segment:
 def _parsed_args(args: Any) -> Any:
     """Providers stream arguments as a JSON string: chunks and aggregates carry the object (as in Mastra).
     A string that is not JSON stays as it is; the tool's validation turns it into a tool-error."""
-    if isinstance(args, str):
-        try:
-            return json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            return args
-    return args
+    return decode_model_args(args) if isinstance(args, str) else args
 
 
 def _finish_reason_for(status: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentrun.engine.inputs import decode_model_args
 from agentrun.engine.tools import Tool
 
 
@@ -115,11 +116,7 @@ class DirectiveModel:
         calls = [c for m in after if m["role"] == "assistant" for c in (m.get("tool_calls") or [])]
         if tool_lines and not calls:
             for m in tool_lines:
-                raw = m.group(2).strip() or "{}"
-                try:
-                    args: Any = json.loads(raw)
-                except json.JSONDecodeError:
-                    args = raw  # the tool's validation turns this into a tool-error the model sees
+                args = decode_model_args(m.group(2).strip() or "{}")
                 yield ModelToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=m.group(1), args=args)
             yield ModelFinish(usage_dict(prompt_words, sum(_words(m.group(0)) for m in tool_lines)), "tool-calls")
             return

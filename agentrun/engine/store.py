@@ -76,20 +76,69 @@ class ChunkLog:
 
 
 # --- lease ----------------------------------------------------------------------------------------
+# A sweeper that dispatches a continuation for a stalled run marks the run with a lease owned by
+# ``dispatch:…`` first (one sweeper of many wins it), so that it is not dispatched again on every
+# sweep round while the continuation waits in the task queue. Any segment may take such a lease over.
+DISPATCH_OWNER_PREFIX = "dispatch:"
+
+
 def acquire_lease(run_id: str, owner: str) -> bool:
     now = timezone.now()
     taken = (
         Run.objects.filter(pk=run_id)
-        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
+        .filter(
+            Q(lease_owner__isnull=True)
+            | Q(lease_expires_at__lt=now)
+            | Q(lease_owner=owner)
+            | Q(lease_owner__startswith=DISPATCH_OWNER_PREFIX)
+        )
         .update(lease_owner=owner, lease_expires_at=now + lease_ttl())
     )
     return taken == 1
 
 
 def renew_lease(run_id: str, owner: str) -> bool:
-    return Run.objects.filter(pk=run_id, lease_owner=owner).update(
-        lease_expires_at=timezone.now() + lease_ttl()
-    ) == 1
+    return Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_expires_at=timezone.now() + lease_ttl()) == 1
+
+
+def claim_for_dispatch(run_id: str) -> bool:
+    """Mark a stalled run (no lease, or an expired one) as dispatched; False if another sweeper did."""
+    now = timezone.now()
+    return (
+        Run.objects.filter(pk=run_id)
+        .exclude(status__in=Run.FINAL_STATUSES)
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+        .update(lease_owner=f"{DISPATCH_OWNER_PREFIX}{new_id('lease')[-12:]}", lease_expires_at=now + lease_ttl())
+        == 1
+    )
+
+
+def needs_driving(run: Run) -> bool:
+    """A continuation has something to do: the run is not final, and not merely waiting for people."""
+    if run.is_final:
+        return False
+    if run.status == Run.Status.SUSPENDED:
+        return SuspendedToolCall.objects.filter(
+            run_id=run.pk, status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
+        ).exists()
+    return True
+
+
+def recover_connection() -> None:
+    """Drop this thread's database connection if an error broke it (a database restart, say).
+
+    Django does this in ``close_old_connections`` at the edges of requests and tasks only; the engine's
+    long-lived threads (the sweeper, segments driven outside a request) call this instead. It leaves
+    a healthy connection and an open transaction alone, so it is safe anywhere, tests included.
+    """
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred and not conn.in_atomic_block:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
 
 
 def release_lease(run_id: str, owner: str) -> None:
@@ -107,9 +156,7 @@ def load_run(run_id: str) -> Run:
 # --- run life cycle -------------------------------------------------------------------------------
 def mark_started(run: Run) -> None:
     now = timezone.now()
-    Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
-        status=Run.Status.IN_PROGRESS, started_at=now
-    )
+    Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(status=Run.Status.IN_PROGRESS, started_at=now)
     run.refresh_from_db(fields=["status", "started_at"])
 
 
@@ -398,8 +445,6 @@ def new_lease_owner() -> str:
     return f"{socket.gethostname()[:20]}:{os.getpid()}:{new_id('lease')[-12:]}"
 
 
-
-
 def create_run(
     *,
     agent_id: str,
@@ -433,9 +478,7 @@ def create_run(
 
 def final_answer(run_id: str) -> str:
     """The content of the run's last assistant message."""
-    message = (
-        Message.objects.filter(run_id=run_id, role=Message.Role.ASSISTANT).order_by("-created_at", "-id").first()
-    )
+    message = Message.objects.filter(run_id=run_id, role=Message.Role.ASSISTANT).order_by("-created_at", "-id").first()
     return message.content if message else ""
 
 
@@ -447,6 +490,10 @@ def background_work_left(run_id: str) -> bool:
     """A background task of the run still runs, or finished without a continuation turn yet."""
     from agentrun.models import BackgroundTask
 
-    return BackgroundTask.objects.filter(run_id=run_id).filter(
-        Q(status__in=[BackgroundTask.Status.PENDING, BackgroundTask.Status.RUNNING]) | Q(continued_at__isnull=True)
-    ).exists()
+    return (
+        BackgroundTask.objects.filter(run_id=run_id)
+        .filter(
+            Q(status__in=[BackgroundTask.Status.PENDING, BackgroundTask.Status.RUNNING]) | Q(continued_at__isnull=True)
+        )
+        .exists()
+    )

@@ -13,7 +13,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.engine import background
+from agentrun import health
+from agentrun.engine import background, store
 from agentrun.engine.decisions import expire_due_runs
 from agentrun.engine.dispatch import continue_run
 from agentrun.models import Run, SuspendedToolCall
@@ -39,14 +40,24 @@ def stalled_runs() -> list[tuple[str, str]]:
 
 
 async def sweep_once() -> dict:
+    # A database restart leaves this thread's connection broken: without this, every later round
+    # would fail on it ("the connection is closed") and stalled runs would never be continued.
+    await sync_to_async(store.recover_connection)()
     expired = await sync_to_async(expire_due_runs)()
     stalled = await sync_to_async(stalled_runs)()
+    dispatched_runs = 0
     for agent_id, run_id in stalled:
+        # Every worker sweeps: only the one that claims the run dispatches it, once per lease period
+        # (the continuation may wait in the queue longer than one sweep round).
+        if not await sync_to_async(store.claim_for_dispatch)(run_id):
+            continue
         logger.warning("run %s has no live driver: continuing it", run_id)
         await continue_run.aenqueue(agent_id, run_id)
+        dispatched_runs += 1
     recovered = await sync_to_async(background.recover_abandoned)()
     dispatched = await background.dispatch_pending()
-    return {"expired": expired, "stalled": len(stalled), "recovered": recovered, "dispatched": dispatched}
+    await sync_to_async(health.record_heartbeat)()  # /healthz: this process sweeps
+    return {"expired": expired, "stalled": dispatched_runs, "recovered": recovered, "dispatched": dispatched}
 
 
 async def run_forever(interval: float | None = None) -> None:

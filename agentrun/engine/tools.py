@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 import pydantic
 
+from agentrun.engine.inputs import json_problem
 from agentrun.errors import AgentRunError
 
 ApprovalPolicy = bool | Callable[["ToolContext", dict], bool | Awaitable[bool]]
@@ -95,9 +96,7 @@ class Tool:
                 continue
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[name] = (annotation, default)
-        return pydantic.create_model(
-            f"{self.id}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
-        )
+        return pydantic.create_model(f"{self.id}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields)
 
     # --- schemas and validation -----------------------------------------------------------------
     @property
@@ -113,8 +112,12 @@ class Tool:
                 args = json.loads(args) if args.strip() else {}
             except json.JSONDecodeError as exc:
                 raise AgentRunError("ARGS_INVALID", f"arguments are not valid JSON: {exc.msg}") from exc
+            except (RecursionError, ValueError):
+                raise AgentRunError("ARGS_INVALID", "arguments are not valid JSON") from None
         if not isinstance(args, dict):
             raise AgentRunError("ARGS_INVALID", "arguments must be a JSON object")
+        if problem := json_problem(args):
+            raise AgentRunError("ARGS_INVALID", f"arguments {problem}")
         try:
             model = self.args_model.model_validate(args)
         except pydantic.ValidationError as exc:
@@ -126,6 +129,8 @@ class Tool:
         return model.model_dump(mode="json")
 
     def validate_resume_data(self, data: Any) -> Any:
+        if problem := json_problem(data):
+            raise AgentRunError("RESUME_DATA_INVALID", f"resume data {problem}")
         if self._resume_model is not None:
             try:
                 return self._resume_model.model_validate(data).model_dump(mode="json")
@@ -143,8 +148,7 @@ class Tool:
                     f"resume data does not match the resume schema of tool {self.id!r}",
                     details={
                         "errors": [
-                            {"loc": ".".join(str(p) for p in e.path) or "$", "message": e.message}
-                            for e in errors
+                            {"loc": ".".join(str(p) for p in e.path) or "$", "message": e.message} for e in errors
                         ]
                     },
                 )

@@ -296,12 +296,22 @@ def test_background_tasks_are_listed_filtered_and_cancelled(api, viewer_api):
 
     run_id = email_run(thread="thread-bg")
     first = BackgroundTask.objects.create(
-        run_id=run_id, agent_id="support-agent", thread_id="thread-bg", tool_call_id="call_bg1",
-        tool_name="research", args={"topic": "a"},
+        run_id=run_id,
+        agent_id="support-agent",
+        thread_id="thread-bg",
+        tool_call_id="call_bg1",
+        tool_name="research",
+        args={"topic": "a"},
     )
     BackgroundTask.objects.create(
-        run_id=run_id, agent_id="support-agent", thread_id="thread-bg", tool_call_id="call_bg2",
-        tool_name="research", args={"topic": "b"}, status="completed", result={"topic": "b"},
+        run_id=run_id,
+        agent_id="support-agent",
+        thread_id="thread-bg",
+        tool_call_id="call_bg2",
+        tool_name="research",
+        args={"topic": "b"},
+        status="completed",
+        result={"topic": "b"},
     )
     body = viewer_api.get("/api/background-tasks", {"runId": run_id, "status": "pending"}).json()
     assert [t["id"] for t in body["data"]] == [first.id]

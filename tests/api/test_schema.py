@@ -3,6 +3,8 @@ against every operation finds no 5xx and no response that contradicts the schema
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
@@ -103,10 +105,29 @@ def api_schema(keep_test_connection):
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 def test_fuzz_the_api_against_its_schema(case, auth_header, keep_test_connection):
-    case.call_and_validate(
-        headers=auth_header,
-        checks=CHECKS,
-    )
+    response = case.call(headers=auth_header)
+    FUZZ_FIGURES["inputs"] += 1
+    FUZZ_FIGURES["server_errors"] += response.status_code >= 500
+    FUZZ_OPERATIONS.add(case.operation.label)
+    case.validate_response(response, checks=CHECKS, headers=auth_header)
+
+
+FUZZ_FIGURES: Counter = Counter()
+FUZZ_OPERATIONS: set[str] = set()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_fuzz_figures(request):
+    """One line of figures for CI logs, past pytest's capture so it shows under ``-q`` too."""
+    yield
+    if FUZZ_FIGURES["inputs"]:
+        capture = request.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled():
+            print(
+                f"\nfuzz: schemathesis operations={len(FUZZ_OPERATIONS)} inputs={FUZZ_FIGURES['inputs']} "
+                f"server_errors={FUZZ_FIGURES['server_errors']}",
+                flush=True,
+            )
 
 
 @pytest.mark.django_db

@@ -33,8 +33,13 @@ SCREENSHOTS = ARTIFACTS / "screenshots"
 E2E_DIR = ROOT / "var" / "e2e"
 CHROMIUM = os.environ.get("E2E_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 PASSWORD = "correct-horse-e2e"
 
@@ -117,7 +122,9 @@ def _shared_db(django_db_blocker: Any) -> Iterator[None]:
             Path(DATABASE_URL.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)
     subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT, env=SERVER_ENV, check=True,
+        cwd=ROOT,
+        env=SERVER_ENV,
+        check=True,
     )
     with django_db_blocker.unblock():
         yield
@@ -131,7 +138,10 @@ def live_server_url(_shared_db: None) -> Iterator[str]:
     log = open(ARTIFACTS / "e2e-server.log", "w")  # noqa: SIM115 - closed at teardown
     server = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentrun.asgi:application"],
-        cwd=ROOT, env=SERVER_ENV, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=SERVER_ENV,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -212,6 +222,7 @@ def login(chromium: Any, live_server_url: str, users: dict) -> Iterator[Callable
 
 def run_python_api(coro_factory: Callable[[], Any]) -> Any:
     """Run engine code in its own thread and loop: Playwright's sync API holds this thread's loop."""
+
     def in_thread() -> Any:
         from django.db import connections
 

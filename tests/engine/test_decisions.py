@@ -64,7 +64,11 @@ async def test_approve_runs_the_tool_and_the_model_answers_with_its_result(agent
     assert await final_answer(run_id) == 'send-email: {"sent": true, "to": "ann@example.com"}'
     [decision] = await decisions_of(run_id)
     assert (decision.kind, decision.args, decision.edited_args, decision.reason, decision.via) == (
-        "approve", EMAIL, None, "looks fine", "python",
+        "approve",
+        EMAIL,
+        None,
+        "looks fine",
+        "python",
     )
     [effect] = await effects_of(run_id)
     assert effect.payload == EMAIL
@@ -183,9 +187,7 @@ async def test_deciding_twice_is_already_decided(agent):
     run_id = await suspended_email_run()
     [call_id] = [c.tool_call_id for r in (await agent.list_suspended_runs()).runs for c in r.tool_calls]
     await collect(agent.approve_tool_call(run_id=run_id, tool_call_id=call_id))
-    err = await _expect_error(
-        "TOOL_CALL_ALREADY_DECIDED", agent.decline_tool_call(run_id=run_id, tool_call_id=call_id)
-    )
+    err = await _expect_error("TOOL_CALL_ALREADY_DECIDED", agent.decline_tool_call(run_id=run_id, tool_call_id=call_id))
     assert err.details["decision"] == "approve"
     assert len(await decisions_of(run_id)) == 1
     assert len(await effects_of(run_id)) == 1
@@ -210,10 +212,12 @@ async def test_another_agent_can_neither_see_nor_decide_the_run(agent):
 
 
 # --- several calls in one step (§3.2) ------------------------------------------------------------
-TWO_EMAILS = "\n".join([
-    tool_line("send-email", EMAIL),
-    tool_line("send-email", {**EMAIL, "to": "bob@example.com"}),
-])
+TWO_EMAILS = "\n".join(
+    [
+        tool_line("send-email", EMAIL),
+        tool_line("send-email", {**EMAIL, "to": "bob@example.com"}),
+    ]
+)
 
 
 @pytest.mark.parametrize("order", ["first-then-second", "second-then-first"])

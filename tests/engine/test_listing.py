@@ -34,27 +34,50 @@ async def test_lists_a_suspended_run_with_its_open_call(agent):
     assert page.total == 1
     [run] = page.runs
     assert (run.run_id, run.agent_id, run.status, run.thread_id, run.resource_id) == (
-        run_id, "support-agent", "suspended", "t-a", "u-a",
+        run_id,
+        "support-agent",
+        "suspended",
+        "t-a",
+        "u-a",
     )
     [call] = run.tool_calls
     assert (call.tool_name, call.args, call.requires_approval, call.suspend_payload) == (
-        "send-email", EMAIL, True, None,
+        "send-email",
+        EMAIL,
+        True,
+        None,
     )
     data = page.to_dict()
     assert set(data) == {"runs", "total"}
-    assert set(data["runs"][0]) >= {"runId", "agentId", "status", "threadId", "resourceId", "createdAt",
-                                    "suspendedAt", "toolCalls"}
-    assert set(data["runs"][0]["toolCalls"][0]) >= {"toolCallId", "toolName", "args", "requiresApproval",
-                                                     "suspendPayload", "resumeSchema"}
+    assert set(data["runs"][0]) >= {
+        "runId",
+        "agentId",
+        "status",
+        "threadId",
+        "resourceId",
+        "createdAt",
+        "suspendedAt",
+        "toolCalls",
+    }
+    assert set(data["runs"][0]["toolCalls"][0]) >= {
+        "toolCallId",
+        "toolName",
+        "args",
+        "requiresApproval",
+        "suspendPayload",
+        "resumeSchema",
+    }
     assert data["runs"][0]["createdAt"].endswith("Z")
 
 
 async def test_filters_by_thread_and_by_resource(agent):
-    a1, a2, b1 = await _runs_at([
-        ("t-a", "u-1", T0),
-        ("t-a", "u-2", T0 + timedelta(seconds=1)),
-        ("t-b", "u-1", T0 + timedelta(seconds=2)),
-    ])
+    a1, a2, b1 = await _runs_at(
+        [
+            ("t-a", "u-1", T0),
+            ("t-a", "u-2", T0 + timedelta(seconds=1)),
+            ("t-b", "u-1", T0 + timedelta(seconds=2)),
+        ]
+    )
     by_thread = await agent.list_suspended_runs(thread_id="t-a")
     assert [r.run_id for r in by_thread.runs] == [a2, a1] and by_thread.total == 2
     by_resource = await agent.list_suspended_runs(resource_id="u-1")
@@ -66,11 +89,13 @@ async def test_filters_by_thread_and_by_resource(agent):
 
 
 async def test_date_bounds_are_inclusive_on_created_at(agent):
-    first, middle, last = await _runs_at([
-        ("t", "u", T0),
-        ("t", "u", T0 + timedelta(hours=1)),
-        ("t", "u", T0 + timedelta(hours=2)),
-    ])
+    first, middle, last = await _runs_at(
+        [
+            ("t", "u", T0),
+            ("t", "u", T0 + timedelta(hours=1)),
+            ("t", "u", T0 + timedelta(hours=2)),
+        ]
+    )
     page = await agent.list_suspended_runs()
     created = {r.run_id: r.to_dict()["createdAt"] for r in page.runs}
 

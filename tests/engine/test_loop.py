@@ -86,14 +86,19 @@ async def test_tool_calls_step_waits_in_progress_without_usage_then_completes_wi
     data = tool_step.to_dict()
     assert data["status"] == "completed" and data["completedAt"]
     prompt_words = len(tool_line("send-email", EMAIL).split())
-    assert data["usage"] == {"promptTokens": prompt_words, "completionTokens": prompt_words,
-                             "totalTokens": 2 * prompt_words}
-    assert json.loads(data["stepDetails"]["toolCalls"][0]["function"]["output"]) == {"sent": True,
-                                                                                    "to": EMAIL["to"]}
+    assert data["usage"] == {
+        "promptTokens": prompt_words,
+        "completionTokens": prompt_words,
+        "totalTokens": 2 * prompt_words,
+    }
+    assert json.loads(data["stepDetails"]["toolCalls"][0]["function"]["output"]) == {"sent": True, "to": EMAIL["to"]}
     assert answer_step.type == "message_creation" and answer_step.status == "completed"
     answer_words = len((await final_answer(run_id)).split())
-    assert answer_step.usage == {"promptTokens": prompt_words, "completionTokens": answer_words,
-                                 "totalTokens": prompt_words + answer_words}
+    assert answer_step.usage == {
+        "promptTokens": prompt_words,
+        "completionTokens": answer_words,
+        "totalTokens": prompt_words + answer_words,
+    }
     run = await get_run(run_id)
     assert run.usage["promptTokens"] == 2 * prompt_words
     assert run.usage["completionTokens"] == prompt_words + answer_words
@@ -189,10 +194,17 @@ async def test_a_failing_approval_policy_requires_approval():
         return {"moved": amount}
 
     agent = Agent(id="policy-agent", tools=[pay, transfer], model="directive")
-    stream, chunks = await collect(agent.stream(
-        "\n".join([tool_line("pay", {"amount": 1}), tool_line("transfer", {"amount": 5}),
-                   tool_line("transfer", {"amount": 500})]),
-    ))
+    stream, chunks = await collect(
+        agent.stream(
+            "\n".join(
+                [
+                    tool_line("pay", {"amount": 1}),
+                    tool_line("transfer", {"amount": 5}),
+                    tool_line("transfer", {"amount": 500}),
+                ]
+            ),
+        )
+    )
     assert [c["payload"]["toolName"] for c in of_type(chunks, "tool-call-approval")] == ["pay", "transfer"]
     assert [c["payload"]["result"] for c in of_type(chunks, "tool-result")] == [{"moved": 5.0}]
     assert agent.to_dict()["tools"][0]["requiresApproval"] is True
@@ -273,8 +285,9 @@ async def test_a_second_run_on_the_thread_gets_the_earlier_messages():
 
 async def test_thread_memory_includes_tool_results_of_earlier_runs():
     memory = {"thread": "t-mem-tools", "resource": "u"}
-    first, _ = await collect(get_agent("support-agent").stream(tool_line("lookup-order", {"orderId": "Z9"}),
-                                                                memory=memory))
+    first, _ = await collect(
+        get_agent("support-agent").stream(tool_line("lookup-order", {"orderId": "Z9"}), memory=memory)
+    )
     second, _ = await collect(get_agent("support-agent").stream("thanks", memory=memory))
     run = await load_run(second.run_id)
     from asgiref.sync import sync_to_async

@@ -22,8 +22,13 @@ def _sse(*events: dict) -> bytes:
 
 
 def _chunk(delta: dict | None = None, finish_reason: str | None = None, usage: dict | None = None) -> dict:
-    event = {"id": "chatcmpl-rec", "object": "chat.completion.chunk", "created": 1700000000, "model": "gpt-test",
-             "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+    event = {
+        "id": "chatcmpl-rec",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "gpt-test",
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
     if usage is not None:
         event["usage"] = usage
     return event
@@ -31,15 +36,35 @@ def _chunk(delta: dict | None = None, finish_reason: str | None = None, usage: d
 
 # Recorded responses of /v1/chat/completions with stream=true and stream_options.include_usage.
 TOOL_CALLS_RESPONSE = _sse(
-    _chunk({"role": "assistant", "content": None, "tool_calls": [
-        {"index": 0, "id": "call_rec_1", "type": "function", "function": {"name": "lookup-order", "arguments": ""}},
-    ]}),
-    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"order"}}]}),
-    _chunk({"tool_calls": [
-        {"index": 1, "id": "call_rec_2", "type": "function", "function": {"name": "echo", "arguments": "{\"val"}},
-    ]}),
-    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "Id\": \"A1\"}"}}]}),
-    _chunk({"tool_calls": [{"index": 1, "function": {"arguments": "ue\": [1, 2]}"}}]}),
+    _chunk(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_rec_1",
+                    "type": "function",
+                    "function": {"name": "lookup-order", "arguments": ""},
+                },
+            ],
+        }
+    ),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"order'}}]}),
+    _chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 1,
+                    "id": "call_rec_2",
+                    "type": "function",
+                    "function": {"name": "echo", "arguments": '{"val'},
+                },
+            ]
+        }
+    ),
+    _chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'Id": "A1"}'}}]}),
+    _chunk({"tool_calls": [{"index": 1, "function": {"arguments": 'ue": [1, 2]}'}}]}),
     _chunk({}, finish_reason="tool_calls"),
     _chunk(None, usage={"prompt_tokens": 50, "completion_tokens": 12, "total_tokens": 62}),
 )
@@ -62,8 +87,9 @@ class RecordedServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"),
-                                        "json": json.loads(body)})
+                server.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "json": json.loads(body)}
+                )
                 status, payload = server.responses.pop(0)
                 self.send_response(status)
                 if status == 200:
@@ -110,7 +136,8 @@ async def test_streamed_tool_calls_run_with_parsed_args_then_text_and_usage_are_
     assert chunks[-1]["payload"]["finishReason"] == "stop"
     calls = [c["payload"] for c in of_type(chunks, "tool-call")]
     assert [(c["toolCallId"], c["toolName"], c["args"]) for c in calls] == [
-        ("call_rec_1", "lookup-order", {"orderId": "A1"}), ("call_rec_2", "echo", {"value": [1, 2]}),
+        ("call_rec_1", "lookup-order", {"orderId": "A1"}),
+        ("call_rec_2", "echo", {"value": [1, 2]}),
     ]
     assert await stream.tool_calls == [
         {"id": "call_rec_1", "name": "lookup-order", "args": {"orderId": "A1"}},
@@ -127,7 +154,8 @@ async def test_streamed_tool_calls_run_with_parsed_args_then_text_and_usage_are_
     tool_step, answer_step = await steps_of(stream.run_id)
     assert tool_step.to_dict()["usage"] == {"promptTokens": 50, "completionTokens": 12, "totalTokens": 62}
     assert [json.loads(c["function"]["arguments"]) for c in tool_step.step_details["toolCalls"]] == [
-        {"orderId": "A1"}, {"value": [1, 2]},
+        {"orderId": "A1"},
+        {"value": [1, 2]},
     ]
     assert answer_step.to_dict()["usage"] == {"promptTokens": 80, "completionTokens": 5, "totalTokens": 85}
     run = await get_run(stream.run_id)

@@ -90,8 +90,13 @@ def _race(run_id: str, deciders: int) -> list[object]:
     def attempt(i: int) -> object:
         try:
             barrier.wait()
-            return decide(agent_id="support-agent", run_id=run_id, kind="approve", decided_by=f"reviewer-{i}",
-                          reason=f"approved by {i}")
+            return decide(
+                agent_id="support-agent",
+                run_id=run_id,
+                kind="approve",
+                decided_by=f"reviewer-{i}",
+                reason=f"approved by {i}",
+            )
         except AgentRunError as exc:
             return exc
         finally:

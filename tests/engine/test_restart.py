@@ -28,12 +28,14 @@ async def _restart() -> None:
 async def test_runs_are_listed_and_decided_after_a_restart():
     before = get_agent("support-agent")
     email_run = await suspended_email_run(thread="t-restart", resource="u-restart")
-    ask_stream, _ = await start("support-agent", tool_line("ask-user", {"question": "Which city?"}),
-                                thread="t-restart", resource="u-restart")
+    ask_stream, _ = await start(
+        "support-agent", tool_line("ask-user", {"question": "Which city?"}), thread="t-restart", resource="u-restart"
+    )
     outer_stream, outer_chunks = await start(
         "support-supervisor",
         tool_line("agent-billing-agent", {"message": tool_line("refund", {"orderId": "B-2", "amount": 3})}),
-        thread="t-restart", resource="u-restart",
+        thread="t-restart",
+        resource="u-restart",
     )
 
     await _restart()

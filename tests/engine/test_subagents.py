@@ -43,7 +43,9 @@ async def test_supervisor_sees_the_outer_run_and_the_sub_agent_only_the_inner_on
     [outer_call] = outer.tool_calls
     assert outer_call.requires_approval is True
     assert (outer_call.inner_agent_id, outer_call.inner_run_id, outer_call.inner_tool_call_id) == (
-        "billing-agent", inner_id, payload["innerToolCallId"],
+        "billing-agent",
+        inner_id,
+        payload["innerToolCallId"],
     )
     assert outer_call.to_dict()["innerRunId"] == inner_id
 
@@ -133,9 +135,13 @@ async def test_an_inner_run_decided_from_the_sub_agent_still_answers_the_outer_c
 
 
 async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_on_both_runs():
-    from django.contrib.auth.models import User
+    from django.contrib.auth.models import Group, User
+
+    from agentrun.access import REVIEWERS, ensure_groups
 
     rita = await User.objects.acreate(username="rita")
+    await sync_to_async(ensure_groups)()
+    await rita.groups.aadd(await Group.objects.aget(name=REVIEWERS))  # a signed-in decider needs the permission
     outer_id, payload, _ = await _supervised_refund()
     await collect(get_agent("support-supervisor").approve_tool_call(run_id=outer_id, decided_by=rita, via="dashboard"))
     assert (await get_run(outer_id)).status == "completed"
@@ -144,7 +150,9 @@ async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_on_both_
     def trail():
         return sorted(Decision.objects.values_list("run_id", "decided_by_id", "decided_by_username", "via"))
 
-    assert await trail() == sorted([
-        (outer_id, rita.pk, "rita", "dashboard"),
-        (payload["innerRunId"], rita.pk, "rita", "dashboard"),
-    ])
+    assert await trail() == sorted(
+        [
+            (outer_id, rita.pk, "rita", "dashboard"),
+            (payload["innerRunId"], rita.pk, "rita", "dashboard"),
+        ]
+    )

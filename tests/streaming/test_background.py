@@ -15,8 +15,7 @@ from agentrun.models import BackgroundTask, Message, Run
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TWO_RESEARCH = (
-    '/tool research {"topic": "solana", "seconds": 0.3}\n'
-    '/tool research {"topic": "ethereum", "seconds": 0.8}'
+    '/tool research {"topic": "solana", "seconds": 0.3}\n/tool research {"topic": "ethereum", "seconds": 0.8}'
 )
 
 

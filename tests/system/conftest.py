@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,6 +16,35 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+
+
+FIGURES: list[str] = []
+
+
+def figures(line: str) -> None:
+    """One line of figures, printed in the run's closing summary (pytest captures the test's output)."""
+    FIGURES.append(line)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook
+    for line in FIGURES:
+        terminalreporter.write_line(line)
+
+
+def deadline(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def wait_until(predicate, seconds: float, what: str, interval: float = 0.1):
+    """Poll ``predicate`` until it returns something truthy; fail after ``seconds``."""
+    end = deadline(seconds)
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -34,6 +65,9 @@ def wait_for_port(port: int, proc: subprocess.Popen, seconds: float = 30) -> Non
     raise TimeoutError(f"nothing listens on {port}")
 
 
+_running: list[Processes] = []  # the live ``processes`` fixture, stopped before private services
+
+
 class Processes:
     def __init__(self, env: dict[str, str], logdir: Path) -> None:
         self.env = env
@@ -41,19 +75,44 @@ class Processes:
         self.procs: list[subprocess.Popen] = []
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
 
-    def daphne(self, name: str) -> tuple[subprocess.Popen, int]:
-        port = free_port()
+    def daphne(self, name: str, port: int | None = None) -> tuple[subprocess.Popen, int]:
+        """A daphne server; ``port`` given: restart on that port (waits until it is free)."""
+        port = port or free_port()
         proc = self._spawn(name, [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentrun.asgi:application"])
         wait_for_port(port, proc)
         return proc, port
 
     def worker(self, name: str) -> subprocess.Popen:
         return self._spawn(name, [str(BIN / "python"), "manage.py", "agentrun_worker", "--interval", "0.1"])
+
+    def manage(self, *args: str, timeout: float = 120) -> str:
+        """Run ``manage.py`` with the processes' environment (their database, not the test's)."""
+        done = subprocess.run(
+            [str(BIN / "python"), "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    @staticmethod
+    def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL, timeout: float = 10) -> None:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -88,10 +147,168 @@ def processes(transactional_db, tmp_path):
         PYTHONUNBUFFERED="1",
     )
     procs = Processes(env, tmp_path)
+    _running.append(procs)
     yield procs
+    _running.remove(procs)
     procs.stop()
+    if keep := os.environ.get("AGENTRUN_SYSTEM_LOGS"):  # keep the processes' logs for a post-mortem
+        shutil.copytree(tmp_path, Path(keep) / tmp_path.name, dirs_exist_ok=True)
     # Leave the logs next to the failure report.
     for log in sorted(tmp_path.glob("*.log")):
         text = log.read_text(errors="replace")
         if "Traceback" in text:
             print(f"--- {log.name} ---\n{text[-4000:]}")
+
+
+# --- private services, for faults that restart them (never the machine's shared ones) -------------
+PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: run its binaries as the ``postgres`` user then."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *args]
+    return args
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster on a free port, restartable, removed at teardown."""
+
+    def __init__(self, root: Path) -> None:
+        if PG_BIN is None:
+            pytest.fail("PostgreSQL binaries not found under /usr/lib/postgresql/*/bin")
+        self.root = root
+        self.data = root / "data"
+        self.sock = root / "sock"
+        self.port = free_port()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.sock.mkdir(exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+            shutil.chown(self.sock, "postgres")
+        self._run([str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync"])
+        self.start()
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5):
+            pass
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE agentrun")
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/agentrun"
+
+    @property
+    def admin_url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, args: list[str], timeout: float = 60) -> None:
+        done = subprocess.run(_as_postgres(args), capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed: {done.stdout}\n{done.stderr}")
+
+    def _ctl(self, *args: str) -> None:
+        options = f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.root / "pg.log"),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "30",
+                *args,
+            ]
+        )
+
+    def start(self) -> None:
+        self._ctl("start")
+
+    def stop(self) -> None:
+        self._ctl("stop", "-m", "fast")
+
+    def restart(self) -> None:
+        self._ctl("restart", "-m", "fast")
+
+    def connect(self):
+        import psycopg
+
+        return psycopg.connect(self.url.replace("postgres://", "postgresql://"), autocommit=True)
+
+
+@pytest.fixture
+def private_postgres():
+    # Not under pytest's tmp dir: as root, that is private to root and the postgres user cannot enter it.
+    root = Path(tempfile.mkdtemp(prefix="agentrun-pg-"))
+    root.chmod(0o755)
+    pg = PrivatePostgres(root)
+    yield pg
+    try:
+        for procs in _running:  # the processes that use it go first
+            procs.stop()
+        pg.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class PrivateRedis:
+    """A redis-server of our own (no persistence) that a test may stop and start again on its port."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.logdir = logdir
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        log = open(self.logdir / "redis.log", "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for_port(self.port, self.proc, seconds=10)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            Processes.kill(self.proc)
+            self.proc = None
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    yield redis
+    for procs in _running:
+        procs.stop()
+    redis.kill()
+
+
+def create_reviewer(processes: Processes, username: str) -> str:
+    """A Reviewers user and its API token, in the processes' database (through ``manage.py shell``)."""
+    code = (
+        "from django.contrib.auth.models import Group, User;"
+        "from rest_framework.authtoken.models import Token;"
+        "from agentrun.access import REVIEWERS, ensure_groups;"
+        "ensure_groups();"
+        f"u = User.objects.create_user({username!r}, password='pw-12345678');"
+        "u.groups.add(Group.objects.get(name=REVIEWERS));"
+        "print('TOKEN=' + Token.objects.create(user=u).key)"
+    )
+    out = processes.manage("shell", "-c", code)
+    return next(line[6:] for line in out.splitlines() if line.startswith("TOKEN="))

@@ -30,7 +30,12 @@ async def slow_send(to: str, seconds: float = 3, *, ctx: ToolContext) -> dict:
     return {"sent": True, "to": to}
 
 
+@tool(id="explode", description="Always fails (a tool exception).")
+async def explode(reason: str = "boom") -> dict:
+    raise RuntimeError(reason)
+
+
 try:
     slow_agent = get_agent("slow-agent")
 except AgentRunError:
-    slow_agent = Agent(id="slow-agent", tools=[slow_send])
+    slow_agent = Agent(id="slow-agent", tools=[slow_send, explode])

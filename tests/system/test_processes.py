@@ -58,7 +58,9 @@ async def test_a_run_approved_through_one_server_streams_to_a_watcher_on_the_oth
         run_id = first[0]["runId"]
         assert first[-1]["payload"]["finishReason"] == "suspended"
 
-        async with websockets.connect(ws_url(port_a, f"/ws/runs/{run_id}/?after=0", token), additional_headers=origin) as a:
+        async with websockets.connect(
+            ws_url(port_a, f"/ws/runs/{run_id}/?after=0", token), additional_headers=origin
+        ) as a:
             replay = await frames_until_finish(a)
             assert replay == first
             await b.send(json.dumps({"action": "approve", "runId": run_id}))
@@ -114,7 +116,5 @@ async def test_killing_the_process_running_a_continuation_does_not_lose_or_repea
     assert run.lease_owner is None
     assert await ToolEffect.objects.filter(run_id=run_id).acount() == 1, "the side effect happened once"
     assert await Decision.objects.filter(run_id=run_id).acount() == 1
-    texts = [
-        c.payload["text"] async for c in RunChunk.objects.filter(run_id=run_id, type="text-delta").order_by("seq")
-    ]
+    texts = [c.payload["text"] async for c in RunChunk.objects.filter(run_id=run_id, type="text-delta").order_by("seq")]
     assert "".join(texts).startswith("slow-send:")

@@ -51,14 +51,26 @@ async def _seed_runs() -> None:
     support = get_agent("support-agent")
     supervisor = get_agent("support-supervisor")
     seeds = [
-        (support, "demo-orders", "customer-42",
-         '/tool send-email {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."}'),
-        (support, "demo-cleanup", "customer-7",
-         '/tool delete-record {"table": "orders", "id": 1017}\n/tool send-email {"to": "ops@example.com", '
-         '"subject": "Deleted order 1017", "body": "Removed at the customer\'s request."}'),
+        (
+            support,
+            "demo-orders",
+            "customer-42",
+            '/tool send-email {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."}',
+        ),
+        (
+            support,
+            "demo-cleanup",
+            "customer-7",
+            '/tool delete-record {"table": "orders", "id": 1017}\n/tool send-email {"to": "ops@example.com", '
+            '"subject": "Deleted order 1017", "body": "Removed at the customer\'s request."}',
+        ),
         (support, "demo-travel", "customer-42", '/tool ask-user {"question": "Which city should we ship to?"}'),
-        (supervisor, "demo-billing", "customer-9",
-         '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"A-881\\", \\"amount\\": 25.5}"}'),
+        (
+            supervisor,
+            "demo-billing",
+            "customer-9",
+            '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"A-881\\", \\"amount\\": 25.5}"}',
+        ),
     ]
     for agent, thread, resource, message in seeds:
         stream = await agent.stream(message, memory={"thread": thread, "resource": resource})

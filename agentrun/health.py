@@ -1,0 +1,133 @@
+"""``GET /healthz``: is this web process able to serve, and is anyone sweeping?
+
+No authentication, JSON, no session or CSRF work. Checks:
+
+- ``database``: ``SELECT 1`` and its latency;
+- ``channelLayer``: a send and receive on a fresh channel (with Redis, the round trip through it);
+- ``workers``: processes whose sweep (``agentrun.engine.sweeper.sweep_once``) recorded a heartbeat
+  within ``3 × AGENTRUN_SWEEP_SECONDS``: the ``agentrun_worker`` processes, and on the embedded
+  default the server's own sweeper.
+
+Status: ``503`` when the database or the channel layer fails (this process cannot serve: take it out
+of the load balancer). Without a recent worker the answer is ``200`` with ``status: "degraded"``: the
+process serves reads, decisions and streams, but continuations queued for workers, background tasks
+and expiry wait until a worker is back, so restarting web processes would not help — alert on it instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.urls import re_path
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from agentrun.timeutil import iso
+
+LAYER_TIMEOUT_SECONDS = 2.0
+SEEN_RECENTLY_SWEEPS = 3
+FORGET_AFTER = timedelta(days=1)
+
+# "worker" in agentrun_worker processes (the command sets it), "server" where the server sweeps itself.
+process_role = "server"
+
+
+def process_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def record_heartbeat() -> None:
+    """Called at the end of each successful sweep: this process is alive and sweeping."""
+    from agentrun.models import WorkerHeartbeat
+
+    now = timezone.now()
+    WorkerHeartbeat.objects.update_or_create(
+        id=process_id(),
+        defaults={"host": socket.gethostname(), "pid": os.getpid(), "role": process_role, "seen_at": now},
+    )
+    WorkerHeartbeat.objects.filter(seen_at__lt=now - FORGET_AFTER).delete()
+
+
+def _check_database() -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:  # any failure of the database is the answer, not a 500
+        return {"ok": False, "latencyMs": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"ok": True, "latencyMs": round((time.perf_counter() - started) * 1000, 2)}
+
+
+def _recent_workers() -> list[dict[str, Any]]:
+    from agentrun.models import WorkerHeartbeat
+
+    since = timezone.now() - timedelta(seconds=SEEN_RECENTLY_SWEEPS * settings.AGENTRUN_SWEEP_SECONDS)
+    return [
+        {"id": w.id, "host": w.host, "pid": w.pid, "role": w.role, "seenAt": iso(w.seen_at)}
+        for w in WorkerHeartbeat.objects.filter(seen_at__gte=since)[:100]
+    ]
+
+
+async def _check_channel_layer() -> dict[str, Any]:
+    from channels.layers import get_channel_layer
+
+    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND") if settings.CHANNEL_LAYERS else None
+    try:
+        layer = get_channel_layer()
+        if layer is None:
+            return {"ok": False, "backend": backend, "error": "no channel layer is configured"}
+        nonce = uuid.uuid4().hex
+        started = time.perf_counter()
+        async with asyncio.timeout(LAYER_TIMEOUT_SECONDS):
+            channel = await layer.new_channel()
+            await layer.send(channel, {"type": "health.ping", "nonce": nonce})
+            message = await layer.receive(channel)
+        if message.get("nonce") != nonce:
+            return {"ok": False, "backend": backend, "error": "the layer returned another message"}
+        return {"ok": True, "backend": backend, "latencyMs": round((time.perf_counter() - started) * 1000, 2)}
+    except TimeoutError:
+        return {"ok": False, "backend": backend, "error": f"no answer within {LAYER_TIMEOUT_SECONDS} s"}
+    except Exception as exc:  # a refused connection, a bad URL: the answer, not a 500
+        return {"ok": False, "backend": backend, "error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+async def health_report() -> tuple[int, dict[str, Any]]:
+    database = await sync_to_async(_check_database)()
+    layer = await _check_channel_layer()
+    workers: list[dict[str, Any]] = []
+    if database["ok"]:
+        try:
+            workers = await sync_to_async(_recent_workers)()
+        except Exception as exc:  # e.g. migrations not applied yet
+            database = {**database, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    serving = database["ok"] and layer["ok"]
+    body = {
+        "status": "ok" if serving and workers else "degraded",
+        "database": database,
+        "channelLayer": layer,
+        "workers": workers,
+        "workersSeenRecently": bool(workers),
+    }
+    return (200 if serving else 503), body
+
+
+@never_cache
+@require_GET
+async def healthz(request: HttpRequest) -> JsonResponse:
+    status, body = await health_report()
+    return JsonResponse(body, status=status)
+
+
+urlpatterns = [re_path(r"^healthz/?$", healthz, name="healthz")]
