@@ -124,7 +124,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             if action == "stream":
                 if not await sync_to_async(self.user.has_perm)("agentrun.start_run"):
                     raise AgentRunError("PERMISSION_DENIED", "You may not start runs.")
-                stream = await self.agent.stream(**stream_kwargs(content))
+                stream = await self.agent.stream(**stream_kwargs(content), dispatch=True)
             elif action in ("approve", "decline", "resume"):
                 if not await sync_to_async(can_decide)(self.user):
                     raise AgentRunError("PERMISSION_DENIED", "You may not decide tool calls.")

@@ -24,6 +24,7 @@ logger = logging.getLogger("agentrun.fanout")
 
 APPROVALS_GROUP = "approvals"
 GAP_POLL_SECONDS = 0.05
+LOG_POLL_SECONDS = 0.25  # following a run from the log alone, while the channel layer is down
 
 
 def run_group(run_id: str) -> str:
@@ -92,13 +93,18 @@ async def subscribe(
     not before a ``finish`` went by (a segment queued for a worker has not started yet).
     """
     layer = get_channel_layer()
-    channel = await layer.new_channel()
     group = run_group(run_id)
-    await layer.group_add(group, channel)
     live: asyncio.Queue = asyncio.Queue()
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+    except Exception:  # the layer is down (Redis away): the log alone still carries every chunk
+        logger.warning("channel layer unavailable; %s is followed from the log", run_id, exc_info=True)
+        channel = None
+    poll = 1.0 if channel else LOG_POLL_SECONDS
 
     async def pump() -> None:
-        while True:
+        while channel:
             message = await layer.receive(channel)
             for chunk in message.get("chunks", []):
                 live.put_nowait(chunk)
@@ -127,14 +133,15 @@ async def subscribe(
             status, driving = await sync_to_async(_run_state)(run_id)
             if status is None:
                 return
-            if _rested(status, driving, until) and (finished or not after_a_finish):
+            # A final run produces nothing more; a suspended one may still have a queued segment to run.
+            if _rested(status, driving, until) and (finished or not after_a_finish or status in FINAL):
                 # Read the log once more: the final chunks may have landed after our last read.
                 for chunk in await from_log():
                     yield chunk
                 return
             # Live phase: wait for chunks; re-check the run state when nothing arrives for a while.
             try:
-                chunk = await asyncio.wait_for(live.get(), timeout=1.0)
+                chunk = await asyncio.wait_for(live.get(), timeout=poll)
             except TimeoutError:
                 continue
             while True:
@@ -154,8 +161,9 @@ async def subscribe(
                     break
     finally:
         receiver.cancel()
-        with contextlib.suppress(Exception):  # the layer went away: nothing to clean
-            await layer.group_discard(group, channel)
+        if channel:
+            with contextlib.suppress(Exception):  # the layer went away: nothing to clean
+                await layer.group_discard(group, channel)
 
 
 def _rested(status: str, driving: bool, until: str) -> bool:

@@ -109,7 +109,7 @@ class AgentStreamView(ApiView):
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - the contract's path parameter
         agent = _agent_or_404(agentId, request.user)
         kwargs = stream_kwargs(self.body())
-        stream = start_detached(agent.stream, **kwargs)
+        stream = start_detached(agent.stream, **kwargs, dispatch=True)
         return event_stream_response(stream.full_stream)
 
 
@@ -129,7 +129,7 @@ class AgentGenerateView(ApiView):
 
 
 async def _generate(agent: Agent, kwargs: dict) -> dict:
-    stream = await agent.stream(**kwargs)
+    stream = await agent.stream(**kwargs, dispatch=True)
     await stream.collect()
     return await generate_result(stream)
 
@@ -187,7 +187,7 @@ class DecisionView(ApiView):
             if answer.replayed:
                 return event_stream_response(subscribe(answer.run_id, answer.stream_after, until="rest"))
             # The decision is committed; drive its continuation as Agent.approve_tool_call() does.
-            stream = start_detached(agent.continue_stream, answer.run_id, decision=answer.outcome)
+            stream = start_detached(agent.continue_stream, answer.run_id, decision=answer.outcome, dispatch=True)
             return event_stream_response(stream.full_stream)
         if not answer.replayed:
             continue_in_background(agent.id, answer.run_id)

@@ -7,6 +7,7 @@ reads) does not stop the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,16 +74,20 @@ class RunStream:
         return self
 
     def relay(self, chunks: AsyncIterator[dict]) -> RunStream:
-        """Carry chunks produced elsewhere (a worker); the aggregates come from the first turn's chunks."""
+        """Carry one segment produced elsewhere (a worker), up to its ``finish``; the aggregates come
+        from its chunks. Stopping at the finish matters: the run may move on (a decision) right after."""
 
         async def produce(s: RunStream) -> None:
             turn: list[dict] = []
-            async for chunk in chunks:
-                s.sink(chunk)
-                if not s._first_turn.done():
+            async with contextlib.aclosing(chunks) as source:
+                async for chunk in source:
+                    s.sink(chunk)
                     turn.append(chunk)
                     if chunk["type"] == "finish":
                         s.first_turn_done(TurnSummary.of(turn))
+                        return
+            # The run ended without this segment (cancelled before a worker took it up).
+            s.first_turn_done(TurnSummary.of([*turn, {"type": "finish", "payload": {"finishReason": "cancelled"}}]))
 
         return self.start(produce)
 

@@ -43,3 +43,18 @@ async def test_a_dispatched_continuation_after_a_decision_recorded_elsewhere():
     assert chunks[-1]["type"] == "finish" and chunks[-1]["payload"]["finishReason"] == "stop"
     assert (await cont.text).startswith("send-email:")
     assert (await Run.objects.aget(pk=first.run_id)).status == Run.Status.COMPLETED
+
+
+async def test_a_run_cancelled_before_a_worker_took_it_up_ends_its_relayed_stream(monkeypatch):
+    from agentrun.engine import dispatch
+    from agentrun.engine.decisions import cancel_run
+
+    class NoWorker:  # the task is queued, and no worker takes it up
+        async def aenqueue(self, *args, **kwargs):
+            return None
+
+    monkeypatch.setattr(dispatch, "continue_run", NoWorker())
+    stream = await get_agent("support-agent").stream("nobody runs me", memory={"thread": "dsp-3"}, dispatch=True)
+    await sync_to_async(cancel_run)(run_id=stream.run_id)
+    assert await stream.collect() == []
+    assert await stream.finish_reason == "cancelled"

@@ -50,6 +50,7 @@ async def test_a_run_approved_through_one_server_streams_to_a_watcher_on_the_oth
     token = await reviewer_token()
     _, port_a = processes.daphne("daphne-a")
     _, port_b = processes.daphne("daphne-b")
+    processes.worker("worker")  # a run started over a socket goes through the Tasks framework
     origin = {"origin": "http://localhost"}
 
     async with websockets.connect(ws_url(port_b, "/ws/agents/support-agent/", token), additional_headers=origin) as b:
