@@ -23,7 +23,7 @@ from agentrun.engine.inputs import (
     normalize_until_idle,
     validate_metadata,
 )
-from agentrun.engine.loop import InnerRunSuspended, Segment, _inner_outcome
+from agentrun.engine.loop import InnerRunSuspended, Segment, inner_outcome
 from agentrun.engine.providers import CONTINUATION_PREFIX, LanguageModel, get_model
 from agentrun.engine.stream import RunStream
 from agentrun.engine.tools import Tool, ToolContext
@@ -67,8 +67,8 @@ class SubAgentTool(Tool):
             parent_run_id=ctx.run_id,
             parent_tool_call_id=ctx.tool_call_id,
         )
-        result = await Segment(self.agent, run.id).run()
-        outcome = await _inner_outcome(self.agent, run.id, result)
+        await Segment(self.agent, run.id).run()
+        outcome = await inner_outcome(self.agent, run.id)
         if outcome.status == "suspended":
             raise InnerRunSuspended(outcome.open_call or {})
         if outcome.status == "error":

@@ -62,7 +62,6 @@ class Outcome:
 @dataclass
 class SegmentResult:
     finish_reason: str
-    text: str = ""  # the text of the segment's last model call
     first_text: str = ""  # the text of every model call of the segment (the turn), joined
     tool_calls: list[dict] = field(default_factory=list)
     usage: dict = field(default_factory=lambda: usage_dict(0, 0))
@@ -137,7 +136,6 @@ class Segment:
         # A continuation turn after background tasks starts with a system message naming them.
         self.directive = directive
         self.result = SegmentResult(finish_reason="stop")
-        self._model_calls = 0
 
     def emit(self, type_: str, payload: dict) -> dict:
         return self.log.emit(type_, payload)
@@ -246,8 +244,8 @@ class Segment:
         except AgentRunError as exc:
             if exc.code != "TOOL_CALL_ALREADY_DECIDED":  # already decided: a retried continuation
                 return Outcome("error", output=exc.message)
-        inner = await Segment(inner_agent, call.inner_run_id).run()
-        return await _inner_outcome(inner_agent, call.inner_run_id, inner)
+        await Segment(inner_agent, call.inner_run_id).run()
+        return await inner_outcome(inner_agent, call.inner_run_id)
 
     # --- the model loop -------------------------------------------------------------------------
     async def _model_loop(self, run: Run) -> str:
@@ -295,9 +293,7 @@ class Segment:
             text = "".join(text_parts)
             if text_parts:
                 self.emit("text-end", {"id": message_id})
-            self._model_calls += 1
             self.result.usage = store.add_usage(self.result.usage, usage)
-            self.result.text = text
             call_dicts = [{"id": c.id, "name": c.name, "args": _parsed_args(c.args)} for c in calls]
             # The stream's aggregates cover the whole turn (every model call of this segment), as in
             # Mastra: a run that calls tools and then answers reports that answer as its text.
@@ -470,7 +466,7 @@ def _finish_reason_for(status: str) -> str:
     }.get(status, "stop")
 
 
-async def _inner_outcome(inner_agent: Agent, inner_run_id: str, result: SegmentResult) -> Outcome:
+async def inner_outcome(inner_agent: Agent, inner_run_id: str) -> Outcome:
     """What a sub-agent's run means for the outer call: its answer, its failure, or its open call."""
     from agentrun.engine.decisions import first_open_call
 
