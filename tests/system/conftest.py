@@ -74,21 +74,25 @@ class Processes:
         self.logdir = logdir
         self.procs: list[subprocess.Popen] = []
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
 
-    def daphne(self, name: str, port: int | None = None) -> tuple[subprocess.Popen, int]:
+    def daphne(
+        self, name: str, port: int | None = None, env: dict[str, str] | None = None
+    ) -> tuple[subprocess.Popen, int]:
         """A daphne server; ``port`` given: restart on that port (waits until it is free)."""
         port = port or free_port()
-        proc = self._spawn(name, [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentrun.asgi:application"])
+        args = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentrun.asgi:application"]
+        proc = self._spawn(name, args, env)
         wait_for_port(port, proc)
         return proc, port
 
-    def worker(self, name: str) -> subprocess.Popen:
-        return self._spawn(name, [str(BIN / "python"), "manage.py", "agentrun_worker", "--interval", "0.1"])
+    def worker(self, name: str, interval: float = 0.1, env: dict[str, str] | None = None) -> subprocess.Popen:
+        args = [str(BIN / "python"), "manage.py", "agentrun_worker", "--interval", str(interval)]
+        return self._spawn(name, args, env)
 
     def manage(self, *args: str, timeout: float = 120) -> str:
         """Run ``manage.py`` with the processes' environment (their database, not the test's)."""

@@ -120,3 +120,29 @@ async def test_killing_the_process_running_a_continuation_does_not_lose_or_repea
     assert await Decision.objects.filter(run_id=run_id).acount() == 1
     texts = [c.payload["text"] async for c in RunChunk.objects.filter(run_id=run_id, type="text-delta").order_by("seq")]
     assert "".join(texts).startswith("slow-send:")
+
+
+async def test_an_idle_worker_is_woken_by_a_decision_not_by_its_poll(processes):
+    """Workers LISTEN for enqueued tasks (PostgreSQL NOTIFY): a decision's continuation starts at once even
+    though the only worker polls once a minute and the sweeper's fallback would wait a minute too."""
+    from agentrun.engine.agents import get_agent
+    from agentrun.models import WorkerHeartbeat
+
+    slow_fallbacks = {"AGENTRUN_LEASE_SECONDS": "60"}
+    token = await reviewer_token()
+    _, port = processes.daphne("daphne", env=slow_fallbacks)
+    processes.worker("worker", interval=60, env=slow_fallbacks)
+    stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "sys-wake"})
+    assert (await stream.collect())[-1]["payload"]["finishReason"] == "suspended"
+    for _ in range(200):  # the worker is up (its first sweep) and past its first poll: idle, listening
+        if await WorkerHeartbeat.objects.filter(role="worker").aexists():
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(3)
+
+    origin = {"origin": "http://localhost"}
+    async with websockets.connect(ws_url(port, "/ws/agents/support-agent/", token), additional_headers=origin) as ws:
+        await ws.send(json.dumps({"action": "approve", "runId": stream.run_id}))
+        chunks = await frames_until_finish(ws, timeout=20)
+    assert chunks[-1]["payload"]["finishReason"] == "stop"
+    assert (await Run.objects.aget(pk=stream.run_id)).status == Run.Status.COMPLETED
