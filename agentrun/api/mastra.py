@@ -82,9 +82,12 @@ def mastra_not_found(request: Any, *args: Any, **kwargs: Any) -> JsonResponse:
 
 
 # --- event streams -------------------------------------------------------------------------------
-def mastra_chunks(chunks: AsyncIterator[dict], *, one_segment: bool = False) -> AsyncIterator[dict]:
-    """Chunks as a Mastra client expects them (see the module's docstring); ``one_segment``: end after
-    the first ``finish``, as Mastra ends a stream with its execution."""
+def mastra_chunks(
+    chunks: AsyncIterator[dict], *, continuation: bool = False, one_segment: bool = False
+) -> AsyncIterator[dict]:
+    """Chunks as a Mastra client expects them (see the module's docstring). ``continuation``: the stream
+    of a decision, which announces each call again before its result; ``one_segment``: end after the
+    first ``finish``, as Mastra ends a stream with its execution."""
 
     async def adapt() -> AsyncIterator[dict]:
         announced: set[str] = set()
@@ -93,7 +96,7 @@ def mastra_chunks(chunks: AsyncIterator[dict], *, one_segment: bool = False) -> 
                 payload = chunk["payload"]
                 if chunk["type"] == "tool-call":
                     announced.add(payload["toolCallId"])
-                elif chunk["type"] in RESULT_TYPES and payload.get("toolCallId") not in announced:
+                elif continuation and chunk["type"] in RESULT_TYPES and payload.get("toolCallId") not in announced:
                     # A continuation starts after the call was announced (in an earlier stream).
                     announced.add(payload["toolCallId"])
                     yield {
@@ -221,7 +224,8 @@ def decide_over_api(request: Request, *, agent_id: str, run_id: str, kind: str, 
 
 
 def _continuation(run_id: str, after: int) -> AsyncIterator[dict]:
-    return mastra_chunks(subscribe(run_id, after, until="rest", after_a_finish=True), one_segment=True)
+    chunks = subscribe(run_id, after, until="rest", after_a_finish=True)
+    return mastra_chunks(chunks, continuation=True, one_segment=True)
 
 
 class DecisionView(MastraView):
