@@ -8,7 +8,8 @@ Shapes are those of ``@mastra/server`` (verified against 1.69.0, and ``@mastra/c
   run (approve, decline, resume) sends each call's ``tool-call`` chunk before its result, as the
   client requires; ``finish`` also carries Mastra's ``stepResult.reason`` and ``output.usage``.
 - Decisions name the run and call in the body: ``{runId, toolCallId}`` (+ ``reason`` to decline;
-  ``{runId, resumeData, toolCallId?}`` to resume) and answer with the continuation's stream (or, for
+  ``{runId, resumeData, toolCallId?}`` to resume; beyond Mastra, the native ``args`` to approve with
+  edited arguments) and answer with the continuation's stream (or, for
   ``…-generate``, its result as JSON). They are recorded with ``via = "api"``, exactly like the native
   decision routes, and the run is continued by the task runner; these views only follow its chunk log.
 - Errors are Mastra's envelope, ``{"error": "<message>"}``, plus the contract's ``code`` (and
@@ -42,7 +43,7 @@ from agentrun.engine.dispatch import continue_in_background
 from agentrun.errors import AgentRunError
 from agentrun.fanout import subscribe
 from agentrun.models import Decision, Run
-from agentrun.wire import stream_kwargs
+from agentrun.wire import decision_kwargs, stream_kwargs
 
 logger = logging.getLogger("agentrun.api")
 
@@ -168,13 +169,6 @@ def _required_str(body: dict, name: str) -> str:
     return value
 
 
-def _optional_str(body: dict, name: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise AgentRunError("INVALID_REQUEST", f"{name} must be a string")
-    return value
-
-
 def _messages(messages: Any) -> Any:
     """Mastra's messages: a string, or messages whose ``content`` is a string or a list of text parts."""
     if not isinstance(messages, list):
@@ -237,16 +231,13 @@ class DecisionView(MastraView):
 
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - Mastra's path parameter
         agent = views._agent_or_404(agentId, request.user)
-        body = _object(self.body())
+        body = self.body()
+        # The native body's rules (toolCallId, reason, resumeData; the native ``args`` too, to approve
+        # with edited arguments), plus Mastra's: runId always, toolCallId to approve or decline.
+        fields = decision_kwargs(self.kind, body)
         run_id = _required_str(body, "runId")
-        if self.kind == "resume":
-            if "resumeData" not in body:
-                raise AgentRunError("INVALID_REQUEST", "resumeData is required")
-            fields = {"tool_call_id": _optional_str(body, "toolCallId"), "resume_data": body["resumeData"]}
-        else:
-            fields = {"tool_call_id": _required_str(body, "toolCallId")}
-            if self.kind == "decline":
-                fields["reason"] = _optional_str(body, "reason")
+        if self.kind != "resume":
+            _required_str(body, "toolCallId")
         after = decide_over_api(request, agent_id=agent.id, run_id=run_id, kind=self.kind, **fields)
         chunks = _continuation(run_id, after)
         if self.generate:

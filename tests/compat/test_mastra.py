@@ -75,6 +75,19 @@ async def test_approve_tool_call_streams_the_continuation_with_the_call_before_i
     assert (decision.kind, decision.via, decision.decided_by_username) == ("approve", "api", reviewer.username)
 
 
+async def test_approve_with_edited_arguments_as_the_native_api_allows(client):
+    run_id = await sync_to_async(email_run)(thread="mastra-edit")
+    body = {"runId": run_id, "toolCallId": await first_open_call(run_id)}
+    invalid = await client.post(f"{AGENT}/approve-tool-call", {**body, "args": {"to": 1}})
+    assert await error_of(invalid) == (400, "ARGS_INVALID")
+    edited = {"to": "bob@example.com", "subject": "Hi", "body": "Edited."}
+    chunks = await mastra_events(await client.post(f"{AGENT}/approve-tool-call", {**body, "args": edited}))
+    assert next(c for c in chunks if c["type"] == "tool-result")["payload"]["result"]["to"] == "bob@example.com"
+    decision = await Decision.objects.aget(run_id=run_id)
+    assert decision.edited_args == edited
+    await sync_to_async(wait_rested)(run_id)
+
+
 async def test_decline_with_a_reason_and_resume(client):
     run_id = await sync_to_async(email_run)(thread="mastra-decline")
     call = await first_open_call(run_id)
