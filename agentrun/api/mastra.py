@@ -32,12 +32,15 @@ from django.db import transaction
 from django.http import JsonResponse, StreamingHttpResponse
 from django.urls import re_path
 from rest_framework.request import Request
+from rest_framework.response import Response
 
 from agentrun import access
 from agentrun.api import views
 from agentrun.api.exceptions import exception_handler
 from agentrun.api.http import ApiView
+from agentrun.api.openai_compat import model_name
 from agentrun.api.urls import both
+from agentrun.engine.agents import Agent, all_agents
 from agentrun.engine.decisions import decide
 from agentrun.engine.dispatch import continue_in_background
 from agentrun.errors import AgentRunError
@@ -329,12 +332,58 @@ class ObserveView(MastraView):
         return mastra_event_stream(chunks, run_id)
 
 
+def mastra_agent(agent: Agent) -> dict:
+    """Mastra's serialized agent (``GET /agents/{agentId}``): what agentrun knows of it."""
+    provider, _, model_id = model_name(agent).rpartition(":")
+    return {
+        "id": agent.id,
+        "name": agent.name,
+        "description": agent.description,
+        "instructions": agent.instructions,
+        "tools": {
+            t.id: {
+                "id": t.id,
+                "description": t.description,
+                "inputSchema": json.dumps(t.parameters_schema),
+                "requireApproval": t.describe()["requiresApproval"],
+            }
+            for t in agent.tools.values()
+        },
+        "agents": {a.id: {"id": a.id, "name": a.name} for a in agent.sub_agents},
+        "workflows": {},
+        "skills": [],
+        "workspaceTools": [],
+        "browserTools": [],
+        "hasBrowser": False,
+        "inputProcessors": [],
+        "outputProcessors": [],
+        "provider": provider or "agentrun",
+        "modelId": model_id,
+        "supportsMemory": True,
+    }
+
+
+class AgentListView(MastraView):
+    """``GET /agents``: Mastra's record of agent id → serialized agent (the agents this user may see)."""
+
+    def get(self, request: Request) -> Response:
+        hidden = access.hidden_agent_ids(request.user)
+        return Response({a.id: mastra_agent(a) for a in all_agents() if a.id not in hidden})
+
+
+class AgentDetailView(MastraView):
+    def get(self, request: Request, agentId: str) -> Response:  # noqa: N803
+        return Response(mastra_agent(views._agent_or_404(agentId, request.user)))
+
+
 class SuspendedRunsView(MastraView, views.SuspendedRunsView):
     """``GET /agents/{agentId}/suspended-runs``: the listing contract is Mastra's shape already."""
 
 
 # --- routes (``/api/mastra/`` + Mastra's paths; each with and without its trailing slash) -----------
 urlpatterns = [
+    *both("agents", AgentListView.as_view(), "mastra-agents"),
+    *both("agents/<str:agentId>", AgentDetailView.as_view(), "mastra-agent"),
     *both("agents/<str:agentId>/stream", StreamView.as_view(), "mastra-stream"),
     *both("agents/<str:agentId>/stream-until-idle", StreamUntilIdleView.as_view(), "mastra-stream-until-idle"),
     *both("agents/<str:agentId>/observe", ObserveView.as_view(), "mastra-observe"),

@@ -76,7 +76,8 @@ def _registered(agent_id: str) -> Agent | None:
         return None
 
 
-def _model_name(agent: Agent | None) -> str:
+def model_name(agent: Agent | None) -> str:
+    """The agent's model (``directive``, ``openai:<model>``), as Assistants' ``model`` and Mastra's ``modelId``."""
     try:
         return agent.model.name if agent else ""
     except Exception:  # a provider that cannot start (no API key here) must not break a read
@@ -110,7 +111,7 @@ def run_object(run: Run) -> dict:
         "failed_at": unix(run.failed_at),
         "completed_at": unix(run.completed_at),
         "incomplete_details": None,
-        "model": _model_name(agent),
+        "model": model_name(agent),
         "instructions": agent.instructions if agent else "",
         "tools": [
             {

@@ -138,6 +138,19 @@ async def test_observe_replays_from_an_offset_to_the_segments_finish(client):
     assert tail == everything[3:]
 
 
+async def test_agents_are_listed_in_mastras_shape(settings, client):
+    agents = await (await client.get("/api/mastra/agents")).json()
+    assert {"support-agent", "billing-agent", "support-supervisor"} <= set(agents)
+    supervisor = await (await client.get("/api/mastra/agents/support-supervisor/")).json()
+    assert supervisor["agents"] == {"billing-agent": {"id": "billing-agent", "name": "Billing agent"}}
+    tool = supervisor["tools"]["agent-billing-agent"]
+    assert json.loads(tool["inputSchema"])["properties"]["message"]["type"] == "string"
+    assert (supervisor["provider"], supervisor["modelId"]) == ("agentrun", "directive")
+    settings.AGENTRUN_AGENT_REVIEWERS = {"billing-agent": ["Billing reviewers"]}  # the user is outside
+    assert "billing-agent" not in await (await client.get("/api/mastra/agents")).json()
+    assert await error_of(await client.get("/api/mastra/agents/billing-agent")) == (404, "AGENT_NOT_FOUND")
+
+
 async def test_listing_is_the_listing_contract(client):
     run_id = await sync_to_async(email_run)(thread="mastra-list")
     response = await client.get(f"{AGENT}/suspended-runs?threadId=mastra-list&perPage=1&page=0")

@@ -57,6 +57,11 @@ def test_mastra_client_js_drives_agentrun(processes, node_client: Path):
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     report = json.loads(done.stdout)
 
+    assert {"support-agent", "billing-agent", "support-supervisor"} <= set(report["agents"])
+    details = report["details"]
+    assert (details["id"], details["tools"]["send-email"]["requireApproval"]) == ("support-agent", True)
+    assert json.loads(details["tools"]["send-email"]["inputSchema"])["required"] == ["to", "subject", "body"]
+
     # Streams start runs that wait for people; the listing finds them, newest first, paged.
     for started, waits_with in (
         ("email", "tool-call-approval"),

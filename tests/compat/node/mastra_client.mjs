@@ -65,6 +65,10 @@ async function errorOf(promise) {
 
 const report = {};
 
+const agents = await client.listAgents();
+report.agents = Object.keys(agents).sort();
+report.details = await agent.details();
+
 // Start three runs that wait for people: an approval, an approval to decline, an ask-user.
 report.email = await suspend(tool("send-email", { to: "ann@example.com", subject: "Refund", body: "Done." }));
 report.delete = await suspend(tool("delete-record", { table: "customers", id: 7 }));
