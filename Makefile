@@ -29,8 +29,8 @@ demo: setup
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-## Everything: the embedded default, then PostgreSQL + Redis, then the browser tests.
-test: setup browser test-sqlite test-postgres test-e2e
+## Everything: lint (ruff, the import layers), the embedded default, PostgreSQL + Redis, the browser tests.
+test: setup browser lint test-sqlite test-postgres test-e2e
 
 test-sqlite: setup
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -m "not e2e and not system" -q
@@ -43,6 +43,7 @@ test-e2e: setup browser
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 bench: setup
 	$(BIN)/python benchmarks/stream_fanout.py

@@ -6,13 +6,18 @@ import csv
 import json
 from typing import Any
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from agentrun.access import can_decide
+from agentrun.engine.service import decide_tool_call
+from agentrun.errors import AgentRunError
 from agentrun.models import (
     BackgroundTask,
     Decision,
@@ -153,8 +158,50 @@ class SnapshotAdmin(admin.ModelAdmin):
         return admin_link("run", obj.run_id)
 
 
+class DecideActionForm(ActionForm):
+    reason = forms.CharField(required=False, label="Reason", help_text="Shown to the model when declining.")
+
+
+def _decide_selected(kind: str, request: HttpRequest, queryset: QuerySet) -> None:
+    """Decide each selected open call through the one decision service (the admin is one of its doors)."""
+    reason = (request.POST.get("reason") or "").strip() or None
+    decided = 0
+    for call in queryset.filter(status=SuspendedToolCall.Status.OPEN).select_related("run"):
+        try:
+            decide_tool_call(
+                agent_id=call.run.agent_id,
+                run_id=call.run_id,
+                tool_call_id=call.tool_call_id,
+                kind=kind,
+                reason=reason,
+                decided_by=request.user,
+                via=Decision.Via.DASHBOARD,
+            )
+            decided += 1
+        except AgentRunError as exc:
+            messages.error(request, f"{call.tool_call_id}: {exc.message}")
+    if decided:
+        messages.success(request, f"{kind.capitalize()}d {decided} tool call(s).")
+
+
+@admin.action(description="Approve selected open calls", permissions=["decide"])
+def approve_selected_calls(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    _decide_selected("approve", request, queryset)
+
+
+@admin.action(description="Decline selected open calls", permissions=["decide"])
+def decline_selected_calls(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    _decide_selected("decline", request, queryset)
+
+
 @admin.register(SuspendedToolCall)
 class SuspendedToolCallAdmin(admin.ModelAdmin):
+    action_form = DecideActionForm
+    actions = [approve_selected_calls, decline_selected_calls]
+
+    def has_decide_permission(self, request: HttpRequest) -> bool:
+        return can_decide(request.user)
+
     list_display = [
         "tool_call_id",
         "tool_name",

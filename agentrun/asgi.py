@@ -13,9 +13,10 @@ django_asgi = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from agentrun.engine import runtime  # noqa: E402
+from agentrun.engine import runtime, sweeper  # noqa: E402
 from agentrun.routing import websocket_urlpatterns  # noqa: E402
 from agentrun.ws_auth import AuthStack  # noqa: E402
 
@@ -28,6 +29,9 @@ router = ProtocolTypeRouter(
 
 
 async def application(scope, receive, send):  # noqa: ANN001, ANN201 - the ASGI signature
-    # Runs dispatched from sync views execute on this loop (see agentrun.engine.runtime).
-    runtime.bind_loop(asyncio.get_running_loop())
+    # Runs dispatched from sync views execute on this loop (see agentrun.engine.runtime); on the embedded
+    # default the server sweeps too (production leaves that to the workers).
+    loop = asyncio.get_running_loop()
+    if runtime.bind_loop(loop) and settings.AGENTRUN_EMBEDDED_SWEEPER:
+        runtime.keep(loop.create_task(sweeper.run_forever()))
     return await router(scope, receive, send)

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agentrun.access import can_decide, can_view, in_agent_scope
+from agentrun.access import START_PERMISSION, can_decide, can_view, in_agent_scope
 from agentrun.engine.agents import get_agent
 from agentrun.errors import AgentRunError
 from agentrun.fanout import subscribe
@@ -122,7 +122,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         action = content.get("action")
         try:
             if action == "stream":
-                if not await sync_to_async(self.user.has_perm)("agentrun.start_run"):
+                if not await sync_to_async(self.user.has_perm)(START_PERMISSION):
                     raise AgentRunError("PERMISSION_DENIED", "You may not start runs.")
                 stream = await self.agent.stream(**stream_kwargs(content), dispatch=True)
             elif action in ("approve", "decline", "resume"):
@@ -132,17 +132,15 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 if not isinstance(run_id, str):
                     raise AgentRunError("INVALID_REQUEST", "runId is required")
                 kwargs_ = decision_kwargs(action, content)
-                method = {
-                    "approve": self.agent.approve_tool_call,
-                    "decline": self.agent.decline_tool_call,
-                }.get(action)
-                if method is not None:
-                    stream = await method(run_id=run_id, decided_by=self.user, via="websocket", **kwargs_)
-                else:
-                    resume_data = kwargs_.pop("resume_data")
+                # The one decision service, as every door; the continuation runs server-side and
+                # reaches this socket through the run's chunk log.
+                if action == "resume":
                     stream = await self.agent.resume_stream(
-                        resume_data, run_id=run_id, decided_by=self.user, via="websocket", **kwargs_
+                        kwargs_.pop("resume_data"), run_id=run_id, decided_by=self.user, via="websocket", **kwargs_
                     )
+                else:
+                    method = self.agent.approve_tool_call if action == "approve" else self.agent.decline_tool_call
+                    stream = await method(run_id=run_id, decided_by=self.user, via="websocket", **kwargs_)
             else:
                 raise AgentRunError("INVALID_REQUEST", "action must be stream, approve, decline or resume")
         except AgentRunError as exc:

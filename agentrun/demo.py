@@ -10,25 +10,24 @@ from asgiref.sync import sync_to_async
 
 from agentrun.engine.agents import Agent
 from agentrun.engine.tools import ToolContext, tool
+from agentrun.models import ToolEffect
 
 
 @sync_to_async
 def _apply_once(ctx: ToolContext, tool_name: str, payload: dict) -> None:
-    from agentrun.models import ToolEffect
-
     # The tool call id is the idempotency key: a retried continuation does not send twice.
     ToolEffect.objects.get_or_create(
         tool_call_id=ctx.tool_call_id, defaults={"run_id": ctx.run_id, "tool_name": tool_name, "payload": payload}
     )
 
 
-@tool(id="send-email", requires_approval=True, description="Send an email to a customer.")
+@tool(id="send-email", requires_approval=True, risk="medium", description="Send an email to a customer.")
 async def send_email(to: str, subject: str, body: str, *, ctx: ToolContext) -> dict:
     await _apply_once(ctx, "send-email", {"to": to, "subject": subject, "body": body})
     return {"sent": True, "to": to}
 
 
-@tool(id="delete-record", requires_approval=True, description="Delete a record from a table.")
+@tool(id="delete-record", requires_approval=True, risk="high", description="Delete a record from a table.")
 async def delete_record(table: str, id: str | int, *, ctx: ToolContext) -> dict:  # noqa: A002
     await _apply_once(ctx, "delete-record", {"table": table, "id": id})
     return {"deleted": True}
@@ -61,7 +60,7 @@ async def echo(value: Any) -> dict:
     return {"value": value}
 
 
-@tool(id="refund", requires_approval=True, description="Refund an order.")
+@tool(id="refund", requires_approval=True, risk="high", description="Refund an order.")
 async def refund(
     orderId: str,  # noqa: N803
     amount: Annotated[float, pydantic.Field(gt=0)],

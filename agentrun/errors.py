@@ -22,6 +22,7 @@ HTTP_STATUS: dict[str, int] = {
     "NOT_FOUND": 404,
     "TOOL_CALL_ALREADY_DECIDED": 409,
     "RUN_NOT_SUSPENDED": 409,
+    "ARGS_CHANGED": 409,
     "PAYLOAD_TOO_LARGE": 413,
 }
 

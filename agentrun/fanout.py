@@ -19,6 +19,9 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
+from django.utils import timezone
+
+from agentrun.models import Run, RunChunk
 
 logger = logging.getLogger("agentrun.fanout")
 
@@ -61,17 +64,11 @@ class RunPublisher:
 
 
 def _load_chunks(run_id: str, after: int) -> list[dict]:
-    from agentrun.models import RunChunk
-
     return [c.to_chunk() for c in RunChunk.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")]
 
 
 def _run_state(run_id: str) -> tuple[str | None, bool]:
     """(status, someone is driving it)."""
-    from django.utils import timezone
-
-    from agentrun.models import Run
-
     row = Run.objects.filter(pk=run_id).values("status", "lease_owner", "lease_expires_at").first()
     if row is None:
         return None, False

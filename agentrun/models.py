@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import hashlib
+import json
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -7,6 +11,16 @@ from django.utils import timezone
 
 from agentrun.ids import new_id
 from agentrun.timeutil import iso
+
+
+def args_fingerprint(args: Any) -> str:
+    """CONTRACT §8: sha256 (hex) of the canonical JSON of a call's arguments.
+
+    A person approves what they saw: every decision surface may send the fingerprint of the arguments it
+    displayed, and the decision is refused (``ARGS_CHANGED``) when the call's arguments are not those.
+    """
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _run_id() -> str:
@@ -254,6 +268,11 @@ class SuspendedToolCall(models.Model):
         DECIDED = "decided"
         EXECUTING = "executing"
 
+    class Risk(models.TextChoices):
+        LOW = "low"
+        MEDIUM = "medium"
+        HIGH = "high"
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="suspended_calls")
     step = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="suspended_calls")
     tool_call_id = models.CharField(max_length=128)
@@ -266,8 +285,12 @@ class SuspendedToolCall(models.Model):
     # How many times this call suspended before (a resumed tool may suspend again).
     suspension = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
-    decision = models.OneToOneField(
-        "Decision", on_delete=models.PROTECT, null=True, blank=True, related_name="suspended_call"
+    # How dangerous the call is, for the person deciding it (the tool's ``risk``; CONTRACT §8).
+    risk = models.CharField(max_length=8, choices=Risk.choices, default=Risk.MEDIUM)
+    # The decision this call carries out. A sub-agent's inner call shares the decision made on the
+    # supervisor's call that surfaced it: one click, one decision record.
+    decision = models.ForeignKey(
+        "Decision", on_delete=models.PROTECT, null=True, blank=True, related_name="suspended_calls"
     )
     # A sub-agent call surfaces its inner run's open call here.
     inner_agent_id = models.CharField(max_length=128, null=True, blank=True)
@@ -304,6 +327,8 @@ class Decision(models.Model):
         PYTHON = "python"
         WEBSOCKET = "websocket"
         SYSTEM = "system"
+        LINK = "link"  # a signed decision link
+        POLICY = "policy"  # a standing grant or a timeout policy
 
     id = models.CharField(primary_key=True, max_length=40, default=_decision_id, editable=False)
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="decisions")

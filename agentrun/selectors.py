@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError
-from agentrun.models import Snapshot, SuspendedToolCall
+from agentrun.models import Snapshot, SuspendedToolCall, args_fingerprint
 from agentrun.timeutil import iso, parse_datetime_bound
 
 MAX_PER_PAGE = 1000
@@ -25,9 +25,14 @@ class SuspendedRunToolCall:
     requires_approval: bool
     suspend_payload: Any
     resume_schema: dict | None
+    risk: str = "medium"
     inner_agent_id: str | None = None
     inner_run_id: str | None = None
     inner_tool_call_id: str | None = None
+
+    @property
+    def args_fingerprint(self) -> str:
+        return args_fingerprint(self.args)
 
     def to_dict(self) -> dict:
         data = {
@@ -37,6 +42,8 @@ class SuspendedRunToolCall:
             "requiresApproval": self.requires_approval,
             "suspendPayload": self.suspend_payload,
             "resumeSchema": self.resume_schema,
+            "risk": self.risk,
+            "argsFingerprint": self.args_fingerprint,
         }
         if self.inner_run_id:
             data |= {
@@ -144,6 +151,7 @@ def list_suspended_runs(
                 requires_approval=c.requires_approval,
                 suspend_payload=c.suspend_payload,
                 resume_schema=c.resume_schema,
+                risk=c.risk,
                 inner_agent_id=c.inner_agent_id,
                 inner_run_id=c.inner_run_id,
                 inner_tool_call_id=c.inner_tool_call_id,

@@ -1,6 +1,10 @@
 """The embedded task backend: tasks run inside the ASGI server process, without blocking the caller.
 
-Production uses ``django_tasks_db.DatabaseBackend`` and ``manage.py db_worker`` instead.
+Enqueueing is transactional, as with ``django_tasks_db.DatabaseBackend`` (whose queue row is written in
+the caller's transaction): a task enqueued inside an atomic block starts when that block commits, and
+never if it rolls back. So a decision and its continuation commit together on either backend.
+
+Production uses ``django_tasks_db.DatabaseBackend`` and ``manage.py agentrun_worker`` instead.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from inspect import iscoroutinefunction
 from traceback import format_exception
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError, TaskResult, TaskResultStatus
 from django.utils import timezone
@@ -25,7 +30,14 @@ class InProcessBackend(BaseTaskBackend):
 
     def enqueue(self, task, args, kwargs):  # noqa: ANN001, ANN201 - the framework's signature
         self.validate_task(task)
-        result = TaskResult(
+        result = self._result(task, args, kwargs)
+        # Outside an atomic block on_commit runs at once. The coroutine is made only when it is due, so a
+        # rolled-back enqueue leaves no coroutine that is never awaited.
+        transaction.on_commit(lambda: runtime.submit(self._execute(result)))
+        return result
+
+    def _result(self, task, args, kwargs) -> TaskResult:  # noqa: ANN001
+        return TaskResult(
             task=task,
             id=get_random_string(32),
             status=TaskResultStatus.READY,
@@ -39,12 +51,14 @@ class InProcessBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        runtime.submit(self._execute(result))
-        return result
 
     async def aenqueue(self, task, args, kwargs):  # noqa: ANN001, ANN201
         # Enqueueing only schedules a coroutine: do it on the caller's loop, not in a worker thread.
-        return self.enqueue(task, args, kwargs)
+        # (Async code holds no transaction, so there is nothing to wait for.)
+        self.validate_task(task)
+        result = self._result(task, args, kwargs)
+        runtime.submit(self._execute(result))
+        return result
 
     async def _execute(self, result: TaskResult) -> None:
         task = result.task

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
+from agentrun.engine.decisions import DecisionRequest
 from agentrun.engine.inputs import json_problem
 from agentrun.errors import AgentRunError
 
@@ -85,7 +86,10 @@ def stream_kwargs(body: Any) -> dict:
 def decision_kwargs(kind: str, body: Any) -> dict:
     """An approve / decline / resume body → keyword arguments of the Agent's decision methods."""
     body = _object(body)
-    kwargs: dict[str, Any] = {"tool_call_id": _optional_str(body, "toolCallId")}
+    kwargs: dict[str, Any] = {
+        "tool_call_id": _optional_str(body, "toolCallId"),
+        "args_fingerprint": _optional_str(body, "argsFingerprint"),
+    }
     if kind == "approve":
         args = body.get("args")
         if args is not None and not isinstance(args, dict):
@@ -100,3 +104,30 @@ def decision_kwargs(kind: str, body: Any) -> dict:
     else:
         raise AgentRunError("INVALID_REQUEST", f"unknown decision {kind!r}")
     return kwargs
+
+
+MAX_BATCH = 100
+
+
+def batch_requests(body: Any) -> list[DecisionRequest]:
+    """``{"decisions": [{toolCallId, decision, args?, reason?, resumeData?, argsFingerprint?}, …]}``
+    (CONTRACT §8) → decision requests; a bad item is refused with its ``details.index``."""
+    items = _object(body).get("decisions")
+    if not isinstance(items, list) or not items:
+        raise AgentRunError("INVALID_REQUEST", "decisions must be a non-empty list")
+    if len(items) > MAX_BATCH:
+        raise AgentRunError("INVALID_REQUEST", f"a batch holds at most {MAX_BATCH} decisions")
+    requests = []
+    for index, item in enumerate(items):
+        try:
+            item = _object(item)
+            kind = item.get("decision")
+            if kind not in ("approve", "decline", "resume"):
+                raise AgentRunError("INVALID_REQUEST", "decision must be approve, decline or resume")
+            if not isinstance(item.get("toolCallId"), str):
+                raise AgentRunError("INVALID_REQUEST", "toolCallId is required")
+            requests.append(DecisionRequest(kind=kind, **decision_kwargs(kind, item)))
+        except AgentRunError as exc:
+            exc.details = {**(exc.details or {}), "index": index}
+            raise
+    return requests

@@ -20,8 +20,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
 from agentrun.access import can_decide, can_decide_agent, can_view, hidden_agent_ids, only_visible
-from agentrun.engine.decisions import decide
-from agentrun.engine.dispatch import continue_in_background
+from agentrun.engine.service import decide_tool_call
 from agentrun.errors import AgentRunError
 from agentrun.models import Decision, Run, SuspendedToolCall
 from approvals import selectors
@@ -122,11 +121,13 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
         return _decision_response(request, decision, run_id, tool_call_id, status=409, already=True)
     view = selectors.open_call_views([call])[0]
     kwargs: dict[str, Any] = {"agent_id": call.run.agent_id, "run_id": run_id, "tool_call_id": tool_call_id}
+    # A reason typed in the card goes with the decision, approve or decline (as over REST).
+    view.reason = request.POST.get("reason", "")
+    reason = view.reason.strip() or None
     if action == "approve":
-        kwargs |= {"kind": "approve"}
+        kwargs |= {"kind": "approve", "reason": reason}
     elif action == "decline":
-        view.reason = request.POST.get("reason", "")
-        kwargs |= {"kind": "decline", "reason": view.reason.strip() or None}
+        kwargs |= {"kind": "decline", "reason": reason}
     elif action == "edit":
         # Handed to the engine as text: it parses and validates (ARGS_INVALID), changing nothing on error.
         view.edit_text = request.POST.get("args", "")
@@ -142,7 +143,7 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
     else:
         return HttpResponse("Unknown action.", status=400)
     try:
-        outcome = decide(**kwargs, decided_by=request.user, via=Decision.Via.DASHBOARD)
+        outcome = decide_tool_call(**kwargs, decided_by=request.user, via=Decision.Via.DASHBOARD)
     except AgentRunError as exc:
         if exc.code == "PERMISSION_DENIED":  # e.g. a sub-agent's call this user may not decide
             raise PermissionDenied(exc.message) from exc
@@ -158,7 +159,6 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
         else:
             view.error_items = [f"{e.get('loc', '$')}: {e.get('message', '')}" for e in errors]
         return _form_error(request, view, status=422 if exc.code in FORM_ERROR_CODES else 400)
-    continue_in_background(call.run.agent_id, run_id)
     return _decision_response(request, outcome.decision, run_id, tool_call_id, status=200)
 
 

@@ -75,12 +75,11 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 @pytest.fixture(autouse=True)
 def _restore_agent_registry():
     """Tests may register throw-away agents (or re-create demo ones); put the registry back after."""
-    from agentrun.engine import agents
+    from agentrun.engine import registry
 
-    saved = dict(agents._registry)
+    saved = registry.snapshot()
     yield
-    agents._registry.clear()
-    agents._registry.update(saved)
+    registry.restore(saved)
 
 
 @pytest.fixture(autouse=True)

@@ -7,13 +7,16 @@ remembers what it was sent.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
 from agentrun.engine.agents import get_agent
+from agentrun.engine.decisions import DecisionOutcome, DecisionRequest, record_decisions
 from agentrun.engine.providers import DirectiveModel
 from agentrun.models import Message, Run, RunChunk, RunStep, Snapshot
 
@@ -22,6 +25,37 @@ EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."
 
 def tool_line(tool_id: str, args: dict | str) -> str:
     return f"/tool {tool_id} {args if isinstance(args, str) else json.dumps(args)}"
+
+
+def record_decision(
+    *, agent_id: str, run_id: str, kind: str, decided_by: Any = None, via: str = "python", **request: Any
+) -> DecisionOutcome:
+    """The decision transaction alone, with no continuation queued: what a process that died right
+    after the commit leaves behind (the sweeper continues such runs), or a test drives itself."""
+    return record_decisions(
+        agent_id=agent_id,
+        run_id=run_id,
+        requests=[DecisionRequest(kind=kind, **request)],
+        decided_by=decided_by,
+        via=via,
+    )
+
+
+def is_rested(run: Run) -> bool:
+    """Nobody drives the run (no live lease) and it rests: final, or waiting for people."""
+    driven = run.lease_owner and run.lease_expires_at and run.lease_expires_at > timezone.now()
+    return not driven and run.status not in (Run.Status.QUEUED, Run.Status.IN_PROGRESS)
+
+
+async def rested(run_id: str, seconds: float = 10) -> Run:
+    """After a 202 decision: wait until its queued continuation has run. Polls from the event loop, so
+    the continuation's database calls are never stuck behind the waiting."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not is_rested(run := await Run.objects.aget(pk=run_id)):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"run {run_id} did not rest: {run.status}")
+        await asyncio.sleep(0.02)
+    return run
 
 
 def of_type(chunks: list[dict], type_: str) -> list[dict]:

@@ -1,23 +1,24 @@
 """REST decisions with ``Idempotency-Key``: a retried request gets the first answer, one decision exists.
 
-The key row is written in the decision's transaction. Two requests racing with the same key: the
-loser blocks on the run row (PostgreSQL) or at ``BEGIN IMMEDIATE`` (SQLite) until the winner commits,
-then finds the winner's key and returns its answer (or, having raced past the lookup, fails the
-decision and finds the key afterwards).
+The decision goes through the one decision service; the key row is written inside its transaction
+(``on_recorded``), so a key exists exactly when its decision does. Two requests racing with the same
+key: the loser blocks on the run row (PostgreSQL) or at ``BEGIN IMMEDIATE`` (SQLite) until the winner
+commits, then fails the decision (or the key's unique constraint) and finds the winner's answer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
-from agentrun.engine.decisions import decide
+from agentrun.engine.service import DecisionOutcome, DecisionRequest, decide_tool_calls
 from agentrun.errors import AgentRunError
-from agentrun.models import Decision, IdempotencyKey, Run
+from agentrun.models import Decision, IdempotencyKey
 
 MAX_KEY_LENGTH = 255
 
@@ -29,7 +30,6 @@ class DecisionAnswer:
     run_id: str
     stream_after: int
     replayed: bool
-    outcome: Any = None  # the engine's DecisionOutcome when this request decided
 
 
 def fingerprint(method: str, path: str, body: Any) -> str:
@@ -55,41 +55,44 @@ def decide_via_api(
     user: Any,
     agent_id: str,
     run_id: str,
-    kind: str,
-    decision_kwargs: dict,
+    requests: Sequence[DecisionRequest],
+    batch: bool,
     idempotency_key: str | None,
     request_fingerprint: str,
 ) -> DecisionAnswer:
-    """Record a decision made through REST (``via="api"``), or return the answer of the first try."""
+    """Record decisions made through REST (``via="api"``), or return the answer of the first try."""
     if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY_LENGTH:
         raise AgentRunError("INVALID_REQUEST", f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} characters")
+    if idempotency_key is not None and (prior := _prior(user, idempotency_key, request_fingerprint)):
+        return prior
+
+    def body(outcome: DecisionOutcome) -> dict:
+        return outcome.batch_dict() if batch else outcome.to_dict()
+
+    def remember(outcome: DecisionOutcome) -> None:
+        IdempotencyKey.objects.create(
+            user=user,
+            key=idempotency_key,
+            request_fingerprint=request_fingerprint,
+            run_id=outcome.run_id,
+            response_status=202,
+            response_body=body(outcome),
+            stream_after=outcome.after_seq,
+        )
+
     try:
-        with transaction.atomic():
-            if idempotency_key is not None and (prior := _prior(user, idempotency_key, request_fingerprint)):
-                return prior
-            outcome = decide(
-                agent_id=agent_id,
-                run_id=run_id,
-                kind=kind,
-                decided_by=user,
-                via=Decision.Via.API,
-                **decision_kwargs,
-            )
-            next_seq = Run.objects.filter(pk=run_id).values_list("next_seq", flat=True).first() or 1
-            answer = DecisionAnswer(202, outcome.to_dict(), run_id, next_seq - 1, replayed=False, outcome=outcome)
-            if idempotency_key is not None:
-                IdempotencyKey.objects.create(
-                    user=user,
-                    key=idempotency_key,
-                    request_fingerprint=request_fingerprint,
-                    run_id=run_id,
-                    response_status=answer.status,
-                    response_body=answer.body,
-                    stream_after=answer.stream_after,
-                )
-            return answer
+        outcome = decide_tool_calls(
+            agent_id=agent_id,
+            run_id=run_id,
+            requests=requests,
+            decided_by=user,
+            via=Decision.Via.API,
+            batch=batch,
+            on_recorded=remember if idempotency_key is not None else None,
+        )
     except (AgentRunError, IntegrityError):
         # Lost a race to an identical request that committed first: its answer is ours.
         if idempotency_key is not None and (prior := _prior(user, idempotency_key, request_fingerprint)):
             return prior
         raise
+    return DecisionAnswer(202, body(outcome), outcome.run_id, outcome.after_seq, replayed=False)

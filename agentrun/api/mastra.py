@@ -8,10 +8,11 @@ Shapes are those of ``@mastra/server`` (verified against 1.69.0, and ``@mastra/c
   run (approve, decline, resume) sends each call's ``tool-call`` chunk before its result, as the
   client requires; ``finish`` also carries Mastra's ``stepResult.reason`` and ``output.usage``.
 - Decisions name the run and call in the body: ``{runId, toolCallId}`` (+ ``reason`` to decline;
-  ``{runId, resumeData, toolCallId?}`` to resume; beyond Mastra, the native ``args`` to approve with
-  edited arguments) and answer with the continuation's stream (or, for
-  ``…-generate``, its result as JSON). They are recorded with ``via = "api"``, exactly like the native
-  decision routes, and the run is continued by the task runner; these views only follow its chunk log.
+  ``{runId, resumeData, toolCallId?}`` to resume; beyond Mastra, the native ``argsFingerprint``, and
+  ``args`` to approve with edited arguments) and answer with the continuation's stream (or, for
+  ``…-generate``, its result as JSON). They go through the one decision service with ``via = "api"``,
+  like the native decision routes: the task runner continues the run and these views follow its chunk
+  log.
 - Errors are Mastra's envelope, ``{"error": "<message>"}``, plus the contract's ``code`` (and
   ``details``) so a client can still tell ``TOOL_CALL_ALREADY_DECIDED`` from ``RUN_NOT_FOUND``.
 
@@ -28,7 +29,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
-from django.db import transaction
 from django.http import JsonResponse, StreamingHttpResponse
 from django.urls import re_path
 from rest_framework.request import Request
@@ -41,8 +41,7 @@ from agentrun.api.http import ApiView
 from agentrun.api.openai_compat import model_name
 from agentrun.api.urls import both
 from agentrun.engine.agents import Agent, all_agents
-from agentrun.engine.decisions import decide
-from agentrun.engine.dispatch import continue_in_background
+from agentrun.engine.service import decide_tool_call
 from agentrun.errors import AgentRunError
 from agentrun.fanout import subscribe
 from agentrun.models import Decision, Run
@@ -208,18 +207,6 @@ def _stream_kwargs(body: Any, *, until_idle: bool = False) -> dict:
 
 
 # --- decisions -----------------------------------------------------------------------------------
-def decide_over_api(request: Request, *, agent_id: str, run_id: str, kind: str, **fields: Any) -> int:
-    """Record a decision made through this API (``via="api"``) and queue the run's continuation.
-
-    Returns the last ``seq`` before the continuation: its chunks are those the caller follows.
-    """
-    with transaction.atomic():
-        decide(agent_id=agent_id, run_id=run_id, kind=kind, decided_by=request.user, via=Decision.Via.API, **fields)
-        after = Run.objects.filter(pk=run_id).values_list("next_seq", flat=True).get() - 1
-    continue_in_background(agent_id, run_id)
-    return after
-
-
 def _continuation(run_id: str, after: int) -> AsyncIterator[dict]:
     chunks = subscribe(run_id, after, until="rest", after_a_finish=True)
     return mastra_chunks(chunks, continuation=True, one_segment=True)
@@ -235,17 +222,21 @@ class DecisionView(MastraView):
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - Mastra's path parameter
         agent = views._agent_or_404(agentId, request.user)
         body = self.body()
-        # The native body's rules (toolCallId, reason, resumeData; the native ``args`` too, to approve
-        # with edited arguments), plus Mastra's: runId always, toolCallId to approve or decline.
+        # The native body's rules (toolCallId, reason, resumeData, argsFingerprint; args to approve with
+        # edited arguments), plus Mastra's: runId always, toolCallId to approve or decline.
         fields = decision_kwargs(self.kind, body)
         run_id = _required_str(body, "runId")
         if self.kind != "resume":
             _required_str(body, "toolCallId")
-        after = decide_over_api(request, agent_id=agent.id, run_id=run_id, kind=self.kind, **fields)
-        chunks = _continuation(run_id, after)
+        # The one decision service: recorded with via="api", its continuation queued for the task
+        # runner in the same transaction; this view only follows the run's chunk log.
+        outcome = decide_tool_call(
+            agent_id=agent.id, run_id=run_id, kind=self.kind, decided_by=request.user, via=Decision.Via.API, **fields
+        )
+        chunks = _continuation(outcome.run_id, outcome.after_seq)
         if self.generate:
-            return _json_stream(_generate_result, run_id, chunks)
-        return mastra_event_stream(chunks, run_id)
+            return _json_stream(_generate_result, outcome.run_id, chunks)
+        return mastra_event_stream(chunks, outcome.run_id)
 
 
 class ApproveToolCallView(DecisionView):

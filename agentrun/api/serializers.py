@@ -32,6 +32,7 @@ class ToolSerializer(serializers.Serializer):
     requiresApproval = serializers.BooleanField()
     background = serializers.BooleanField()
     resumeSchema = serializers.DictField(allow_null=True)
+    risk = serializers.ChoiceField(choices=["low", "medium", "high"])
 
 
 class AgentSerializer(serializers.Serializer):
@@ -87,6 +88,10 @@ class AgentRunToolCallSerializer(serializers.Serializer):
     requiresApproval = serializers.BooleanField()
     suspendPayload = ANY(allow_null=True)
     resumeSchema = serializers.DictField(allow_null=True)
+    risk = serializers.ChoiceField(choices=["low", "medium", "high"], help_text="How dangerous the call is.")
+    argsFingerprint = serializers.CharField(
+        help_text="sha256 (hex) of the canonical JSON of args; send it with a decision to bind it to these args."
+    )
     innerAgentId = serializers.CharField(required=False)
     innerRunId = serializers.CharField(required=False)
     innerToolCallId = serializers.CharField(required=False)
@@ -119,27 +124,60 @@ class SuspendedRunsSerializer(serializers.Serializer):
     total = serializers.IntegerField(min_value=0)
 
 
+def args_fingerprint_field() -> serializers.CharField:
+    return serializers.CharField(
+        required=False, help_text="The fingerprint of the arguments you saw: 409 ARGS_CHANGED if they changed."
+    )
+
+
 # --- decisions -----------------------------------------------------------------------------------
 class ApproveRequestSerializer(serializers.Serializer):
     toolCallId = serializers.CharField(required=False, help_text="Required when the run has several open calls.")
     args = serializers.DictField(required=False, help_text="The full edited arguments.")
     reason = serializers.CharField(required=False)
+    argsFingerprint = args_fingerprint_field()
 
 
 class DeclineRequestSerializer(serializers.Serializer):
     toolCallId = serializers.CharField(required=False, help_text="Required when the run has several open calls.")
     reason = serializers.CharField(required=False, help_text="What the model sees instead of the tool result.")
+    argsFingerprint = args_fingerprint_field()
 
 
 class ResumeRequestSerializer(serializers.Serializer):
     resumeData = ANY(help_text="Validated against the tool's resumeSchema.")
     toolCallId = serializers.CharField(required=False, help_text="Required when the run has several open calls.")
+    argsFingerprint = args_fingerprint_field()
 
 
 class DecisionAcceptedSerializer(serializers.Serializer):
     runId = serializers.CharField()
     toolCallId = serializers.CharField()
     decision = serializers.ChoiceField(choices=["approve", "decline", "resume"])
+    status = serializers.ChoiceField(choices=Run.Status.choices)
+
+
+class BatchDecisionItemSerializer(serializers.Serializer):
+    toolCallId = serializers.CharField()
+    decision = serializers.ChoiceField(choices=["approve", "decline", "resume"])
+    args = serializers.DictField(required=False, help_text="approve: the full edited arguments.")
+    reason = serializers.CharField(required=False)
+    resumeData = ANY(required=False, help_text="resume: validated against the tool's resumeSchema.")
+    argsFingerprint = args_fingerprint_field()
+
+
+class BatchDecisionRequestSerializer(serializers.Serializer):
+    decisions = BatchDecisionItemSerializer(many=True)
+
+
+class BatchDecisionResultSerializer(serializers.Serializer):
+    toolCallId = serializers.CharField()
+    decision = serializers.ChoiceField(choices=["approve", "decline", "resume"])
+
+
+class BatchDecisionAcceptedSerializer(serializers.Serializer):
+    runId = serializers.CharField()
+    decisions = BatchDecisionResultSerializer(many=True)
     status = serializers.ChoiceField(choices=Run.Status.choices)
 
 

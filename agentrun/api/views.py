@@ -29,13 +29,13 @@ from agentrun.api.sse import event_stream_response
 from agentrun.engine import background
 from agentrun.engine.agents import Agent, all_agents, generate_result, get_agent
 from agentrun.engine.decisions import cancel_run, expire_run_if_due
-from agentrun.engine.dispatch import continue_in_background
+from agentrun.engine.service import DecisionRequest
 from agentrun.errors import AgentRunError
 from agentrun.fanout import subscribe
 from agentrun.models import BackgroundTask, Decision, Message, Run, RunStep, Thread
 from agentrun.selectors import list_suspended_runs
 from agentrun.timeutil import parse_datetime_bound
-from agentrun.wire import decision_kwargs, stream_kwargs
+from agentrun.wire import batch_requests, decision_kwargs, stream_kwargs
 
 JSON = "application/json"
 
@@ -171,26 +171,26 @@ class DecisionView(ApiView):
     renderer_classes = [*ApiView.renderer_classes, EventStreamRenderer]
     required_permissions = {"POST": access.DECIDE_PERMISSION}
 
-    def decide(self, request: Request, agent_id: str, run_id: str) -> Any:
+    def requests(self, body: Any) -> list[DecisionRequest]:
+        return [DecisionRequest(kind=self.kind, **decision_kwargs(self.kind, body))]
+
+    def decide(self, request: Request, agent_id: str, run_id: str, *, batch: bool = False) -> Any:
         agent = _agent_or_404(agent_id, request.user)
         body = self.body()
         answer = decide_via_api(
             user=request.user,
             agent_id=agent.id,
             run_id=run_id,
-            kind=self.kind,
-            decision_kwargs=decision_kwargs(self.kind, body),
+            requests=self.requests(body),
+            batch=batch,
             idempotency_key=request.headers.get("Idempotency-Key"),
             request_fingerprint=fingerprint(request.method, request.path, body),
         )
         if wants_event_stream(request):
-            if answer.replayed:
-                return event_stream_response(subscribe(answer.run_id, answer.stream_after, until="rest"))
-            # The decision is committed; drive its continuation as Agent.approve_tool_call() does.
-            stream = start_detached(agent.continue_stream, answer.run_id, decision=answer.outcome, dispatch=True)
-            return event_stream_response(stream.full_stream)
-        if not answer.replayed:
-            continue_in_background(agent.id, answer.run_id)
+            # The continuation runs server-side (queued with the decision); follow it in the chunk log.
+            return event_stream_response(
+                subscribe(answer.run_id, answer.stream_after, until="rest", after_a_finish=True)
+            )
         return Response(answer.body, status=answer.status)
 
 
@@ -209,20 +209,21 @@ def start_detached(start: Callable[..., Awaitable[Any]], *args: Any, **kwargs: A
     return async_to_sync(detached)()
 
 
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="A retried request with the same key (per user) gets the first answer.",
+)
+
+
 def _decision_schema(kind: str, request: type) -> Any:
     return extend_schema(
         operation_id=f"runs_{kind}",
         tags=["decisions"],
         request={JSON: request},
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                required=False,
-                description="A retried request with the same key (per user) gets the first answer.",
-            ),
-        ],
+        parameters=[IDEMPOTENCY_KEY],
         responses={
             (202, JSON): s.DecisionAcceptedSerializer,
             (200, "text/event-stream"): SSE_RESPONSE,
@@ -255,6 +256,29 @@ class ResumeView(DecisionView):
     @_decision_schema("resume", s.ResumeRequestSerializer)
     def post(self, request: Request, agentId: str, runId: str) -> Any:  # noqa: N803
         return self.decide(request, agentId, runId)
+
+
+class BatchDecisionView(DecisionView):
+    """Several calls of one run decided all-or-nothing in one transaction (CONTRACT §8)."""
+
+    def requests(self, body: Any) -> list[DecisionRequest]:
+        return batch_requests(body)
+
+    @extend_schema(
+        operation_id="runs_decisions",
+        tags=["decisions"],
+        request={JSON: s.BatchDecisionRequestSerializer},
+        parameters=[IDEMPOTENCY_KEY],
+        responses={
+            (202, JSON): s.BatchDecisionAcceptedSerializer,
+            (200, "text/event-stream"): SSE_RESPONSE,
+            **errors(*WRITE_ERRORS, 409),
+        },
+        description="Decide several open calls of a run at once, all or nothing: the first failing "
+        "decision's error (with `details.index`) and nothing recorded, or 202 and one continuation.",
+    )
+    def post(self, request: Request, agentId: str, runId: str) -> Any:  # noqa: N803
+        return self.decide(request, agentId, runId, batch=True)
 
 
 # --- runs ----------------------------------------------------------------------------------------

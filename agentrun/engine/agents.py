@@ -1,21 +1,22 @@
-"""``Agent``: the Python API of CONTRACT §2, and the registry of agents by id."""
+"""``Agent``: the Python API of CONTRACT §2 — the façade over the engine's layers.
+
+Agents register themselves by id (``agentrun.engine.registry``). Decisions go through the one decision
+service (``agentrun.engine.service``) and return a stream that follows the continuation through the
+run's chunk log, as every other surface does.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 import warnings
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-import pydantic
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agentrun.engine import background, store
-from agentrun.engine.decisions import decide
+from agentrun.engine import background, dispatch, store
 from agentrun.engine.inputs import (
     normalize_max_steps,
     normalize_memory,
@@ -23,57 +24,21 @@ from agentrun.engine.inputs import (
     normalize_until_idle,
     validate_metadata,
 )
-from agentrun.engine.loop import InnerRunSuspended, Segment, inner_outcome
+from agentrun.engine.loop import Segment
 from agentrun.engine.providers import CONTINUATION_PREFIX, LanguageModel, get_model
+from agentrun.engine.registry import all_agents, get_agent, register_agent
+from agentrun.engine.runtime import db
+from agentrun.engine.service import DecisionOutcome, decide_tool_call
 from agentrun.engine.stream import RunStream
-from agentrun.engine.tools import Tool, ToolContext
-from agentrun.errors import AgentRunError
+from agentrun.engine.subagents import SubAgentTool
+from agentrun.engine.tools import Tool
 from agentrun.fanout import subscribe
+from agentrun.models import Run
 from agentrun.selectors import SuspendedRunsPage, list_suspended_runs
 
-_registry: dict[str, Agent] = {}
+__all__ = ["Agent", "all_agents", "follow", "generate_result", "get_agent", "register_agent"]
+
 IDLE_POLL_SECONDS = 0.1
-
-
-def db(fn):
-    return sync_to_async(fn, thread_sensitive=True)
-
-
-class SubAgentArgs(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
-    message: str
-
-
-class SubAgentTool(Tool):
-    """``agent-<id>``: runs a sub-agent on the outer run's thread; its approvals surface on the outer call."""
-
-    def __init__(self, agent: Agent) -> None:
-        super().__init__(
-            None,
-            id=f"agent-{agent.id}",
-            description=agent.description or f"Ask the {agent.name} agent.",
-            args_model=SubAgentArgs,
-        )
-        self.agent = agent
-
-    async def execute(self, args: dict, ctx: ToolContext) -> Any:
-        run = await db(store.create_run)(
-            agent_id=self.agent.id,
-            messages=[{"role": "user", "content": args["message"]}],
-            thread_id=ctx.thread_id,
-            resource_id=ctx.resource_id,
-            metadata={},
-            options={},
-            parent_run_id=ctx.run_id,
-            parent_tool_call_id=ctx.tool_call_id,
-        )
-        await Segment(self.agent, run.id).run()
-        outcome = await inner_outcome(self.agent, run.id)
-        if outcome.status == "suspended":
-            raise InnerRunSuspended(outcome.open_call or {})
-        if outcome.status == "error":
-            raise RuntimeError(outcome.output)
-        return outcome.result
 
 
 class Agent:
@@ -183,9 +148,8 @@ class Agent:
         await stream.collect()
         return await generate_result(stream)
 
-    def _drive(self, run_id: str, decision: Any = None, until_idle: dict | None = None) -> RunStream:
+    def _drive(self, run_id: str, until_idle: dict | None = None) -> RunStream:
         stream = RunStream(run_id)
-        stream.decision = decision
         last_seq = [0]
 
         def sink(chunk: dict) -> None:
@@ -259,18 +223,8 @@ class Agent:
 
     # --- decisions ------------------------------------------------------------------------------
     async def _decide(self, kind: str, **kwargs: Any) -> RunStream:
-        outcome = await db(decide)(agent_id=self.id, kind=kind, **kwargs)
-        return await self.continue_stream(outcome.decision.run_id, decision=outcome)
-
-    async def continue_stream(self, run_id: str, *, decision: Any = None, dispatch: bool = False) -> RunStream:
-        """Stream the run's next segment (after a decision recorded elsewhere): driven here, or by a
-        worker of the Tasks framework with ``dispatch=True``."""
-        if dispatch:
-            run = await db(store.load_run)(run_id)
-            stream = await _dispatched(self.id, run_id, after=run.next_seq - 1)
-            stream.decision = decision
-            return stream
-        return self._drive(run_id, decision=decision)
+        outcome = await db(decide_tool_call)(agent_id=self.id, kind=kind, **kwargs)
+        return follow(outcome)
 
     async def approve_tool_call(
         self,
@@ -279,6 +233,7 @@ class Agent:
         tool_call_id: str | None = None,
         args: dict | None = None,
         reason: str | None = None,
+        args_fingerprint: str | None = None,
         decided_by: Any = None,
         via: str = "python",
     ) -> RunStream:
@@ -288,6 +243,7 @@ class Agent:
             tool_call_id=tool_call_id,
             args=args,
             reason=reason,
+            args_fingerprint=args_fingerprint,
             decided_by=decided_by,
             via=via,
         )
@@ -298,11 +254,18 @@ class Agent:
         run_id: str,
         tool_call_id: str | None = None,
         reason: str | None = None,
+        args_fingerprint: str | None = None,
         decided_by: Any = None,
         via: str = "python",
     ) -> RunStream:
         return await self._decide(
-            "decline", run_id=run_id, tool_call_id=tool_call_id, reason=reason, decided_by=decided_by, via=via
+            "decline",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            reason=reason,
+            args_fingerprint=args_fingerprint,
+            decided_by=decided_by,
+            via=via,
         )
 
     async def resume_stream(
@@ -311,6 +274,7 @@ class Agent:
         *,
         run_id: str,
         tool_call_id: str | None = None,
+        args_fingerprint: str | None = None,
         decided_by: Any = None,
         via: str = "python",
     ) -> RunStream:
@@ -319,22 +283,32 @@ class Agent:
             run_id=run_id,
             tool_call_id=tool_call_id,
             resume_data=resume_data,
+            args_fingerprint=args_fingerprint,
             decided_by=decided_by,
             via=via,
         )
 
 
-async def _dispatched(agent_id: str, run_id: str, *, after: int) -> RunStream:
-    from agentrun.engine.dispatch import continue_run
+def follow(outcome: DecisionOutcome) -> RunStream:
+    """The continuation of a decision, followed through the run's chunk log up to its ``finish``."""
+    stream = _relay(outcome.run_id, after=outcome.after_seq)
+    stream.decision = outcome
+    return stream
 
-    stream = RunStream(run_id).relay(subscribe(run_id, after, until="rest", after_a_finish=True))
-    await continue_run.aenqueue(agent_id, run_id)
+
+def _relay(run_id: str, *, after: int) -> RunStream:
+    # The segment may not have started yet (it waits for the task runner): the relay waits for its
+    # finish, not for the run to look at rest.
+    return RunStream(run_id).relay(subscribe(run_id, after, until="rest", after_a_finish=True))
+
+
+async def _dispatched(agent_id: str, run_id: str, *, after: int) -> RunStream:
+    stream = _relay(run_id, after=after)
+    await dispatch.continue_run.aenqueue(agent_id, run_id)
     return stream
 
 
 async def generate_result(stream: RunStream) -> dict:
-    from agentrun.models import Run
-
     run = await Run.objects.aget(pk=stream.run_id)
     page = await db(list_suspended_runs)(agent_id=run.agent_id, thread_id=run.thread_id)
     suspended = next((r for r in page.runs if r.run_id == run.id), None)
@@ -347,33 +321,3 @@ async def generate_result(stream: RunStream) -> dict:
         "usage": await stream.usage,
         "suspended": [c.to_dict() for c in suspended.tool_calls] if suspended else [],
     }
-
-
-# --- registry -------------------------------------------------------------------------------------
-def register_agent(agent: Agent) -> Agent:
-    _registry[agent.id] = agent
-    return agent
-
-
-def get_agent(agent_id: str) -> Agent:
-    try:
-        return _registry[agent_id]
-    except KeyError:
-        raise AgentRunError("AGENT_NOT_FOUND", f"No agent {agent_id!r} is registered.") from None
-
-
-def all_agents() -> list[Agent]:
-    return sorted(_registry.values(), key=lambda a: a.id)
-
-
-def load_configured_agents() -> None:
-    """Demo agents (AGENTRUN_DEMO_AGENTS) and the dotted paths of AGENTRUN_AGENTS."""
-    if settings.AGENTRUN_DEMO_AGENTS:
-        importlib.import_module("agentrun.demo")
-    for path in settings.AGENTRUN_AGENTS:
-        module_path, _, attr = path.rpartition(":") if ":" in path else (path, "", "")
-        module = importlib.import_module(module_path)
-        if attr:
-            obj = getattr(module, attr)
-            if isinstance(obj, Agent):
-                register_agent(obj)

@@ -13,12 +13,15 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, transaction
 from django.tasks import task
 from django.utils import timezone
 
+from agentrun.engine.lease import announce
+from agentrun.engine.registry import get_agent
+from agentrun.engine.runtime import db
+from agentrun.engine.store import output_text
 from agentrun.engine.tools import Tool, ToolContext
 from agentrun.errors import AgentRunError
 from agentrun.models import BackgroundTask, Message, Run
@@ -32,10 +35,6 @@ PLACEHOLDER = (
 )
 HEARTBEAT_SECONDS = 1.0
 CANCEL_POLL_SECONDS = 0.25
-
-
-def db(fn):
-    return sync_to_async(fn, thread_sensitive=True)
 
 
 def placeholder(task_row: BackgroundTask) -> str:
@@ -63,8 +62,6 @@ def create(*, run_id: str, agent_id: str, thread_id: str, tool: Tool, tool_call_
 
 # --- claiming under the concurrency limits ---------------------------------------------------------
 def _agent_limit(agent_id: str) -> int | None:
-    from agentrun.engine.agents import get_agent
-
     try:
         return get_agent(agent_id).background_concurrency
     except AgentRunError:
@@ -106,8 +103,6 @@ def beat(task_id: str) -> bool:
 
 def finish(task_id: str, *, status: str, result: Any = None, error: str | None = None) -> BackgroundTask | None:
     """Record the end and replace the placeholder the model saw with the real result."""
-    from agentrun.engine.store import output_text
-
     with transaction.atomic():
         row = BackgroundTask.objects.select_for_update().filter(pk=task_id).first()
         if row is None or row.is_final:
@@ -189,9 +184,6 @@ def recover_abandoned(stale_after: timedelta | None = None) -> int:
 @task
 async def run_background_task(task_id: str) -> str | None:
     """Run one background tool call to its end (a worker of the Tasks framework calls this)."""
-    from agentrun.engine.agents import get_agent
-    from agentrun.engine.loop import announce
-
     row = await db(claim)(task_id)
     if row is None:
         return None
@@ -253,8 +245,6 @@ def _chunk_base(row: BackgroundTask) -> dict:
 
 
 async def _announce_end(row: BackgroundTask) -> None:
-    from agentrun.engine.loop import announce
-
     base = _chunk_base(row)
     if row.status == BackgroundTask.Status.COMPLETED:
         chunk = ("background-task-completed", {**base, "result": row.result, "completedAt": iso(row.completed_at)})

@@ -1,20 +1,21 @@
 """Server-side execution of runs, through Django's Tasks framework.
 
 The embedded default runs tasks in the server process (``agentrun.tasks_backend.InProcessBackend``);
-production enqueues them in the database for ``manage.py db_worker`` processes.
+production enqueues them in the database for ``manage.py agentrun_worker`` processes. Both enqueue
+transactionally: inside an atomic block, the task exists exactly when the block commits.
 """
 
 from __future__ import annotations
 
 from django.tasks import task
 
+from agentrun.engine.loop import Segment
+from agentrun.engine.registry import get_agent
+
 
 @task
 async def continue_run(agent_id: str, run_id: str) -> str:
     """Drive a run's next segment (after a decision, or to recover one whose driver died)."""
-    from agentrun.engine.agents import get_agent
-    from agentrun.engine.loop import Segment
-
     # Only if there is something to drive: the same run may be dispatched twice (a decision's own
     # dispatch and a sweep's, or two sweeps), and the second must not append an empty segment
     # (start + finish) to a run that has already finished.
@@ -22,6 +23,6 @@ async def continue_run(agent_id: str, run_id: str) -> str:
     return result.finish_reason
 
 
-def continue_in_background(agent_id: str, run_id: str) -> None:
-    """Dispatch the continuation; the caller returns at once (a 202, a dashboard decision)."""
+def enqueue_continuation(agent_id: str, run_id: str) -> None:
+    """Queue the run's next segment; inside a transaction, it is queued when (and if) that commits."""
     continue_run.enqueue(agent_id, run_id)

@@ -8,19 +8,20 @@ Chunks are numbered by the segment's ``ChunkLog`` and end with exactly one ``fin
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
-from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from agentrun.engine import background, store
+from agentrun.engine.decisions import carry_to_inner_run
 from agentrun.engine.inputs import decode_model_args
+from agentrun.engine.lease import DATABASE_UNAVAILABLE, RunLease
 from agentrun.engine.providers import ModelError, ModelFinish, ModelToolCall, TextDelta, usage_dict
-from agentrun.engine.tools import Tool, ToolContext, ToolSuspended
+from agentrun.engine.registry import get_agent
+from agentrun.engine.runtime import db
+from agentrun.engine.tools import InnerRunSuspended, Tool, ToolContext, ToolSuspended
 from agentrun.errors import AgentRunError
 from agentrun.fanout import RunPublisher
 from agentrun.ids import new_id
@@ -32,20 +33,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agentrun.engine")
 
 DEFAULT_DECLINE_REASON = "Tool call was not approved by the user"
-# Errors of the database connection itself (not of a query): retried by taking the run over later.
-DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
-
-
-def db(fn):
-    return sync_to_async(fn, thread_sensitive=True)
-
-
-class InnerRunSuspended(Exception):  # noqa: N818 - control flow
-    """A sub-agent's run waits for a person: the outer call surfaces its open call."""
-
-    def __init__(self, open_call: dict) -> None:
-        super().__init__("inner run suspended")
-        self.open_call = open_call
 
 
 @dataclass
@@ -65,57 +52,6 @@ class SegmentResult:
     first_text: str = ""  # the text of every model call of the segment (the turn), joined
     tool_calls: list[dict] = field(default_factory=list)
     usage: dict = field(default_factory=lambda: usage_dict(0, 0))
-
-
-class RunLease:
-    """The exclusive right to drive a run and write its chunks: one holder at a time, across processes.
-
-    Renewed while held; a holder that dies stops renewing and the lease can be taken over once expired.
-    """
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.owner = store.new_lease_owner()
-        self._heartbeat: asyncio.Task | None = None
-
-    async def __aenter__(self) -> RunLease:
-        await db(store.recover_connection)()  # a connection broken by a database restart is replaced
-        delay = 0.01
-        while not await db(store.acquire_lease)(self.run_id, self.owner):
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.25)
-        self._heartbeat = asyncio.create_task(self._beat())
-        return self
-
-    async def _beat(self) -> None:
-        while True:
-            await asyncio.sleep(store.lease_ttl().total_seconds() / 3)
-            try:
-                await db(store.renew_lease)(self.run_id, self.owner)
-            except Exception:  # a database hiccup must not stop the heartbeat for good
-                logger.warning("could not renew the lease of %s", self.run_id, exc_info=True)
-                await db(store.recover_connection)()
-
-    async def __aexit__(self, exc_type: type | None, *exc: object) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-        if exc_type is not None and issubclass(exc_type, DATABASE_UNAVAILABLE):
-            # The database went away mid-segment: keep the lease; once it expires a sweep continues
-            # the run from what was committed (see Segment.run).
-            return
-        await db(store.release_lease)(self.run_id, self.owner)
-
-
-async def announce(run_id: str, chunks: list[tuple[str, dict]]) -> None:
-    """Append chunks to a run outside a segment (background task news), under the run's lease."""
-    publisher = RunPublisher(run_id)
-    async with RunLease(run_id):
-        run = await db(store.load_run)(run_id)
-        log = store.ChunkLog(run_id, run.next_seq, [publisher])
-        for type_, payload in chunks:
-            log.emit(type_, payload)
-        await db(log.flush_sync)()
-    await publisher.aclose()
 
 
 class Segment:
@@ -207,7 +143,8 @@ class Segment:
                 outcome = await self._execute(tool, args, ctx)
             if outcome.status == "suspended":
                 opened = dict(
-                    outcome.open_call or {},
+                    {"risk": call.risk},
+                    **(outcome.open_call or {}),
                     tool_call_id=call.tool_call_id,
                     tool_name=call.tool_name,
                     args=call.args,
@@ -225,25 +162,11 @@ class Segment:
                 await self._record(run, call.step_id, payload_call, args, outcome, decision=decision)
 
     async def _decide_inner(self, call, decision: Decision) -> Outcome:
-        from agentrun.engine.agents import get_agent
-        from agentrun.engine.decisions import decide
-
+        """A surfaced sub-agent call was decided: its inner call carries out the same decision."""
         inner_agent = get_agent(call.inner_agent_id)
-        try:
-            await db(decide)(
-                agent_id=inner_agent.id,
-                run_id=call.inner_run_id,
-                tool_call_id=call.inner_tool_call_id,
-                kind=decision.kind,
-                args=decision.edited_args,
-                reason=decision.reason,
-                resume_data=decision.resume_data,
-                decided_by=decision.decided_by,
-                via=decision.via,
-            )
-        except AgentRunError as exc:
-            if exc.code != "TOOL_CALL_ALREADY_DECIDED":  # already decided: a retried continuation
-                return Outcome("error", output=exc.message)
+        await db(carry_to_inner_run)(
+            inner_run_id=call.inner_run_id, inner_tool_call_id=call.inner_tool_call_id, decision=decision
+        )
         await Segment(inner_agent, call.inner_run_id).run()
         return await inner_outcome(inner_agent, call.inner_run_id)
 
@@ -344,6 +267,7 @@ class Segment:
                         "tool_name": call.name,
                         "args": args,
                         "requires_approval": True,
+                        "risk": tool.call_risk(requires_approval=True),
                         "resume_schema": tool.resume_schema,
                         "position": position,
                     }
@@ -353,7 +277,12 @@ class Segment:
             if outcome.status == "suspended":
                 opens.append(
                     dict(
-                        outcome.open_call or {}, tool_call_id=call.id, tool_name=call.name, args=args, position=position
+                        {"risk": tool.call_risk(requires_approval=False)},
+                        **(outcome.open_call or {}),
+                        tool_call_id=call.id,
+                        tool_name=call.name,
+                        args=args,
+                        position=position,
                     )
                 )
             else:
@@ -468,8 +397,6 @@ def _finish_reason_for(status: str) -> str:
 
 async def inner_outcome(inner_agent: Agent, inner_run_id: str) -> Outcome:
     """What a sub-agent's run means for the outer call: its answer, its failure, or its open call."""
-    from agentrun.engine.decisions import first_open_call
-
     run = await db(store.load_run)(inner_run_id)
     if run.status == Run.Status.COMPLETED:
         # The answer is read from the run, not from this segment: a segment that found the inner run
@@ -477,11 +404,12 @@ async def inner_outcome(inner_agent: Agent, inner_run_id: str) -> Outcome:
         text = await db(store.final_answer)(inner_run_id)
         return Outcome("ok", output=store.output_text({"text": text}), result={"text": text})
     if run.status == Run.Status.SUSPENDED:
-        inner = await db(first_open_call)(inner_run_id)
+        inner = await db(store.first_open_call)(inner_run_id)
         return Outcome(
             "suspended",
             open_call={
                 "requires_approval": inner.requires_approval,
+                "risk": inner.risk,
                 "suspend_payload": inner.suspend_payload,
                 "resume_schema": inner.resume_schema,
                 "inner_agent_id": inner_agent.id,

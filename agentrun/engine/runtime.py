@@ -1,41 +1,65 @@
-"""Where server-side coroutines run: the event loop of the ASGI server, whatever thread asks.
+"""Where the engine's work runs: database calls in asgiref's thread, coroutines on the right event loop.
 
-A sync view (DRF, a form post) runs in a worker thread; the run it dispatches must run on the
-server's loop so it shares the channel layer with the websockets and outlives the request.
-Outside a server (a script, a management command) a private loop in a daemon thread is used.
+``db(fn)`` is how async engine code calls the ORM. It also remembers the calling event loop, so that
+work ``fn`` hands to the in-process task runner (a continuation enqueued by a decision) runs on the
+loop of the caller — a script's, a test's, or the ASGI server's — and shares its channel layer.
+
+``submit(coro)`` runs a coroutine in the background: on the current loop, the loop that called
+``db()``, the server's loop (a sync view under ASGI), or a private loop in a daemon thread (a
+management command). It imports nothing from the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
+
+from asgiref.sync import sync_to_async
 
 _bound: asyncio.AbstractEventLoop | None = None
 _private: asyncio.AbstractEventLoop | None = None
+_caller_loop: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar(
+    "agentrun_caller_loop", default=None
+)
 _lock = threading.Lock()
 _tasks: set[asyncio.Task] = set()
 
 
-def bind_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Called by the ASGI application: remember the server's loop, and sweep on it (embedded default)."""
+def db(fn: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """``fn`` (sync, touching the database) as a coroutine function, in asgiref's database thread."""
+    run_sync = sync_to_async(fn, thread_sensitive=True)
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        # asgiref runs ``fn`` in a copy of this context: submit() finds the loop there.
+        token = _caller_loop.set(asyncio.get_running_loop())
+        try:
+            return await run_sync(*args, **kwargs)
+        finally:
+            _caller_loop.reset(token)
+
+    return call
+
+
+def bind_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Called by the ASGI application: remember the server's loop. True the first time for this loop."""
     global _bound
     if _bound is loop:
-        return
+        return False
     _bound = loop
-    from django.conf import settings
+    return True
 
-    if settings.AGENTRUN_EMBEDDED_SWEEPER:
-        from agentrun.engine.sweeper import run_forever
 
-        _keep(loop.create_task(run_forever()))
+def _usable(loop: asyncio.AbstractEventLoop | None) -> bool:
+    return loop is not None and loop.is_running() and not loop.is_closed()
 
 
 def _private_loop() -> asyncio.AbstractEventLoop:
     global _private
     with _lock:
-        if _private is None or not _private.is_running():
+        if not _usable(_private):
             loop = asyncio.new_event_loop()
             started = threading.Event()
 
@@ -47,27 +71,36 @@ def _private_loop() -> asyncio.AbstractEventLoop:
             threading.Thread(target=serve, name="agentrun-engine", daemon=True).start()
             started.wait()
             _private = loop
-        return _private
+        return _private  # type: ignore[return-value]
 
 
-def _keep(task: asyncio.Task) -> None:
+def keep(task: asyncio.Task) -> asyncio.Task:
+    """Hold a strong reference to a background task until it ends (the loop only keeps weak ones)."""
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+    return task
 
 
 def submit(coro: Coroutine[Any, Any, Any]) -> None:
-    """Run ``coro`` in the background, on the current loop, the server's loop, or a private one."""
+    """Run ``coro`` in the background, on the best loop for it (see the module docstring)."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
     if loop is not None:
-        _keep(loop.create_task(coro))
+        keep(loop.create_task(coro))
         return
-    target = _bound if _bound is not None and _bound.is_running() and not _bound.is_closed() else _private_loop()
+    caller = _caller_loop.get()
+    if _usable(caller):
+        target = caller
+    elif _usable(_bound):
+        target = _bound
+    else:
+        target = _private_loop()
 
-    async def wrapper() -> Any:
-        _keep(asyncio.current_task())  # type: ignore[arg-type]
-        return await coro
+    def launch() -> None:
+        # A fresh context: the caller's (a thread inside sync_to_async) would make every database call
+        # of the coroutine refuse to run ("would deadlock"), and the work outlives the caller anyway.
+        keep(target.create_task(coro, context=contextvars.Context()))
 
-    asyncio.run_coroutine_threadsafe(wrapper(), target)
+    target.call_soon_threadsafe(launch, context=contextvars.Context())

@@ -21,7 +21,7 @@ from django.utils import timezone
 from agentrun.engine.providers import usage_dict
 from agentrun.fanout import notify_approvals
 from agentrun.ids import new_id
-from agentrun.models import Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
+from agentrun.models import BackgroundTask, Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
 
 
 def lease_ttl() -> timedelta:
@@ -369,6 +369,7 @@ def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict
                 "tool_name": call["tool_name"],
                 "args": call["args"],
                 "requires_approval": call["requires_approval"],
+                "risk": call.get("risk") or ("medium" if call["requires_approval"] else "low"),
                 "suspend_payload": call.get("suspend_payload"),
                 "resume_schema": call.get("resume_schema"),
                 "position": call.get("position", position),
@@ -408,6 +409,10 @@ def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict
             )
         )
     run.status = Run.Status.SUSPENDED
+
+
+def first_open_call(run_id: str) -> SuspendedToolCall | None:
+    return SuspendedToolCall.objects.filter(run_id=run_id, status=SuspendedToolCall.Status.OPEN).first()
 
 
 def open_calls_exist(run_id: str) -> bool:
@@ -488,8 +493,6 @@ def add_message(run: Run, *, role: str, content: str) -> None:
 
 def background_work_left(run_id: str) -> bool:
     """A background task of the run still runs, or finished without a continuation turn yet."""
-    from agentrun.models import BackgroundTask
-
     return (
         BackgroundTask.objects.filter(run_id=run_id)
         .filter(

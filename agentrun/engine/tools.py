@@ -1,4 +1,4 @@
-"""``@tool``: argument schemas from type hints, approval policies, ``suspend()`` and resume data."""
+"""``@tool``: argument schemas from type hints, approval policies, risk, ``suspend()`` and resume data."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from agentrun.engine.inputs import json_problem
 from agentrun.errors import AgentRunError
 
 ApprovalPolicy = bool | Callable[["ToolContext", dict], bool | Awaitable[bool]]
+RISKS = ("low", "medium", "high")
 
 
 class ToolSuspended(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -24,6 +25,14 @@ class ToolSuspended(Exception):  # noqa: N818 - a control-flow signal, not an er
     def __init__(self, payload: Any) -> None:
         super().__init__("tool suspended")
         self.payload = payload
+
+
+class InnerRunSuspended(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by a sub-agent tool whose run waits for a person: the outer call surfaces its open call."""
+
+    def __init__(self, open_call: dict) -> None:
+        super().__init__("inner run suspended")
+        self.open_call = open_call
 
 
 @dataclass
@@ -61,12 +70,19 @@ class Tool:
         requires_approval: ApprovalPolicy = False,
         resume_schema: type[pydantic.BaseModel] | dict | None = None,
         background: bool | dict = False,
+        risk: str | None = None,
         args_model: type[pydantic.BaseModel] | None = None,
     ) -> None:
         self.id = id
         self.fn = fn
         self.description = description or inspect.getdoc(fn) or ""
         self.requires_approval = requires_approval
+        if risk is not None and risk not in RISKS:
+            raise ValueError(f"risk must be one of {', '.join(RISKS)}, not {risk!r}")
+        # How dangerous a call is, for the person deciding it (CONTRACT §8): an approval tool is
+        # "medium" unless it says otherwise; a tool that runs on its own is "low".
+        self.explicit_risk = risk
+        self.risk = risk or ("medium" if requires_approval else "low")
         self.background = {} if background is True else (dict(background) if background else None)
         self._ctx_param: str | None = None
         self.args_model = args_model or self._args_model_from_hints()
@@ -155,6 +171,11 @@ class Tool:
         return data
 
     # --- policy and execution -------------------------------------------------------------------
+    def call_risk(self, *, requires_approval: bool) -> str:
+        """The risk of one call: the tool's own, else "medium" when this call waits for approval
+        (a callable policy, or ``require_tool_approval``), else "low"."""
+        return self.explicit_risk or ("medium" if requires_approval else "low")
+
     async def needs_approval(self, ctx: ToolContext, args: dict) -> bool:
         policy = self.requires_approval
         if not callable(policy):
@@ -184,6 +205,7 @@ class Tool:
             "requiresApproval": True if callable(self.requires_approval) else bool(self.requires_approval),
             "background": self.background is not None,
             "resumeSchema": self.resume_schema,
+            "risk": self.risk,
         }
 
     def __repr__(self) -> str:
@@ -198,8 +220,9 @@ def tool(
     requires_approval: ApprovalPolicy = False,
     resume_schema: type[pydantic.BaseModel] | dict | None = None,
     background: bool | dict = False,
+    risk: str | None = None,
 ) -> Any:
-    """Declare a tool: ``@tool(id="send-email", requires_approval=True)`` on an async function."""
+    """Declare a tool: ``@tool(id="send-email", requires_approval=True, risk="high")`` on an async function."""
 
     def wrap(f: Callable) -> Tool:
         return Tool(
@@ -209,6 +232,7 @@ def tool(
             requires_approval=requires_approval,
             resume_schema=resume_schema,
             background=background,
+            risk=risk,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -56,10 +56,16 @@ class AsgiClient:
         self.headers = headers or {}
 
     async def request(
-        self, method: str, url: str, *, json_body: Any = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        json_body: Any = None,
+        raw_body: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> AsgiResponse:
         parts = urlsplit(url)
-        body = b"" if json_body is None else json.dumps(json_body).encode()
+        body = raw_body if raw_body is not None else b"" if json_body is None else json.dumps(json_body).encode()
         all_headers = {"host": "localhost", **self.headers, **(headers or {})}
         if json_body is not None:
             all_headers |= {"content-type": "application/json", "content-length": str(len(body))}

@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group, User
-from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
 from agentrun.models import Run
-from tests.factories import start, suspended_email_run, tool_line
+from tests.factories import is_rested, start, suspended_email_run, tool_line
 
 
 def _user(username: str, group: str | None) -> User:
@@ -92,14 +91,11 @@ def two_call_run(*, thread: str = "thread-two") -> str:
 def wait_rested(run_id: str, timeout: float = 10.0) -> Run:
     """Wait until a continuation running server-side is done: nobody holds the run's lease and it rests."""
     deadline = time.monotonic() + timeout
-    while True:
-        run = Run.objects.get(pk=run_id)
-        driven = run.lease_owner and run.lease_expires_at and run.lease_expires_at > timezone.now()
-        if not driven and run.status not in (Run.Status.QUEUED, Run.Status.IN_PROGRESS):
-            return run
+    while not is_rested(run := Run.objects.get(pk=run_id)):
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} did not rest: {run.status}")
         time.sleep(0.02)
+    return run
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 import pytest
@@ -261,3 +262,95 @@ def test_malformed_bodies_are_400_never_500(api, body, content_type):
     response = api.generic("POST", url(run_id, "approve"), body, content_type=content_type)
     assert (response.status_code, error_code(response)) == (400, "INVALID_REQUEST"), response.content
     assert_unchanged(run_id)
+
+
+# --- CONTRACT §8: argsFingerprint, batch decisions ------------------------------------------------
+def listed_call(api, run_id: str, agent: str = "support-agent") -> dict:
+    [run] = [r for r in api.get(f"/api/agents/{agent}/suspended-runs").json()["runs"] if r["runId"] == run_id]
+    return run["toolCalls"][0]
+
+
+def test_a_decision_bound_to_the_args_the_reviewer_saw_goes_through(api):
+    run_id = email_run()
+    call = listed_call(api, run_id)
+    response = api.post(url(run_id, "approve"), {"argsFingerprint": call["argsFingerprint"]}, format="json")
+    assert response.status_code == 202
+    assert wait_rested(run_id).status == "completed"
+
+
+@pytest.mark.parametrize("kind", ["approve", "decline"])
+def test_a_decision_bound_to_other_args_is_409_args_changed_and_nothing_changes(api, kind):
+    run_id = email_run()
+    call = listed_call(api, run_id)
+    stale = hashlib.sha256(b'{"to":"someone-else@example.com"}').hexdigest()
+    response = api.post(url(run_id, kind), {"argsFingerprint": stale}, format="json")
+    assert response.status_code == 409 and error_code(response) == "ARGS_CHANGED"
+    assert response.json()["error"]["details"]["argsFingerprint"] == call["argsFingerprint"]
+    assert_unchanged(run_id)
+    assert not ToolEffect.objects.filter(run_id=run_id).exists()
+
+
+def test_a_batch_decides_several_calls_of_a_run_in_one_go(api):
+    run_id = two_call_run()
+    email_id, delete_id = open_call_ids_in_order(run_id)
+    body = {
+        "decisions": [
+            {"toolCallId": email_id, "decision": "approve"},
+            {"toolCallId": delete_id, "decision": "decline", "reason": "keep the record"},
+        ]
+    }
+    response = api.post(url(run_id, "decisions"), body, format="json", HTTP_IDEMPOTENCY_KEY="batch-1")
+    assert response.status_code == 202
+    assert response.json() == {
+        "runId": run_id,
+        "decisions": [
+            {"toolCallId": email_id, "decision": "approve"},
+            {"toolCallId": delete_id, "decision": "decline"},
+        ],
+        "status": "in_progress",
+    }
+    assert wait_rested(run_id).status == "completed"
+    assert sorted(Decision.objects.filter(run_id=run_id).values_list("kind", flat=True)) == ["approve", "decline"]
+    assert ToolEffect.objects.filter(run_id=run_id).count() == 1
+    # Retried with the same key: the first answer, nothing decided twice.
+    again = api.post(url(run_id, "decisions"), body, format="json", HTTP_IDEMPOTENCY_KEY="batch-1")
+    assert again.status_code == 202 and again.json() == response.json()
+    assert Decision.objects.filter(run_id=run_id).count() == 2
+
+
+@pytest.mark.parametrize(
+    ("second", "status", "code"),
+    [
+        ({"decision": "resume", "resumeData": {}}, 400, "WRONG_DECISION_KIND"),
+        ({"decision": "approve", "args": {"table": 5}}, 400, "ARGS_INVALID"),
+        ({"decision": "approve", "argsFingerprint": "0" * 64}, 409, "ARGS_CHANGED"),
+        ({"decision": "maybe"}, 400, "INVALID_REQUEST"),
+    ],
+)
+def test_a_batch_with_one_bad_decision_records_none_and_names_it(api, second, status, code):
+    run_id = two_call_run()
+    email_id, delete_id = open_call_ids_in_order(run_id)
+    body = {"decisions": [{"toolCallId": email_id, "decision": "approve"}, {"toolCallId": delete_id, **second}]}
+    response = api.post(url(run_id, "decisions"), body, format="json")
+    assert response.status_code == status and error_code(response) == code
+    assert response.json()["error"]["details"]["index"] == 1
+    assert_unchanged(run_id, open_calls=2)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"decisions": []}, {"decisions": "approve"}, {"decisions": [{"decision": "approve"}]}],
+)
+def test_a_malformed_batch_is_400(api, body):
+    run_id = two_call_run()
+    response = api.post(url(run_id, "decisions"), body, format="json")
+    assert response.status_code == 400 and error_code(response) == "INVALID_REQUEST"
+    assert_unchanged(run_id, open_calls=2)
+
+
+def open_call_ids_in_order(run_id: str) -> list[str]:
+    return list(
+        SuspendedToolCall.objects.filter(run_id=run_id, status="open")
+        .order_by("position")
+        .values_list("tool_call_id", flat=True)
+    )

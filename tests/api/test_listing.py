@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -49,8 +51,21 @@ def test_lists_own_runs_newest_first_with_the_contract_shape(api, runs):
     assert run["status"] == "suspended" and run["agentId"] == "support-agent"
     assert run["createdAt"] == "2026-01-13T12:00:00.000000Z"
     [call] = run["toolCalls"]
-    assert set(call) == {"toolCallId", "toolName", "args", "requiresApproval", "suspendPayload", "resumeSchema"}
+    assert set(call) == {
+        "toolCallId",
+        "toolName",
+        "args",
+        "requiresApproval",
+        "suspendPayload",
+        "resumeSchema",
+        "risk",
+        "argsFingerprint",
+    }
     assert call["toolName"] == "send-email" and call["requiresApproval"] is True
+    # CONTRACT §8: the demo's send-email is a medium-risk tool; the fingerprint is of the listed args.
+    assert call["risk"] == "medium"
+    canonical = json.dumps(call["args"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert call["argsFingerprint"] == hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def test_trailing_slash_is_the_same_endpoint(api, runs):

@@ -68,7 +68,9 @@ def test_agents_list(api):
         "requiresApproval": True,
         "background": False,
         "resumeSchema": None,
+        "risk": "medium",
     }
+    assert tools["delete-record"]["risk"] == "high" and tools["lookup-order"]["risk"] == "low"
     assert tools["research"]["background"] is True
     assert tools["ask-user"]["resumeSchema"]["properties"]["answer"]["minLength"] == 1
     assert agents["support-supervisor"]["agents"] == ["billing-agent"]

@@ -37,6 +37,7 @@ CONTRACT_PATHS = {
     ("/api/runs/{runId}", "get"),
     ("/api/runs/{runId}/steps", "get"),
     ("/api/runs/{runId}/steps/{stepId}", "get"),
+    ("/api/agents/{agentId}/runs/{runId}/decisions", "post"),
     ("/api/runs/{runId}/stream", "get"),
     ("/api/runs/{runId}/cancel", "post"),
     ("/api/threads/{threadId}/messages", "get"),

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def decided_runs(n: int) -> list[Decision]:
     """Decisions made through the engine (the runs are left unfinished: only the trail matters here)."""
-    from agentrun.engine.decisions import decide
+    from tests.factories import record_decision as decide
 
     decisions = []
     for i in range(n):

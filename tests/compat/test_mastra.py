@@ -34,6 +34,11 @@ async def error_of(response: AsgiResponse) -> tuple[int, str]:
     return response.status_code, body["code"]
 
 
+async def rested(run_id: str) -> None:
+    # Not thread-sensitive: polling must not hold the one thread the engine's own DB calls need.
+    await sync_to_async(wait_rested, thread_sensitive=False)(run_id)
+
+
 @pytest.fixture
 def client(auth_header) -> AsgiClient:
     return AsgiClient(auth_header)
@@ -70,7 +75,7 @@ async def test_approve_tool_call_streams_the_continuation_with_the_call_before_i
     assert chunks[1]["payload"]["toolCallId"] == chunks[2]["payload"]["toolCallId"] == call
     assert chunks[1]["payload"]["toolName"] == "send-email" and "seq" not in chunks[1]  # announced, not logged
     assert chunks[-1]["payload"]["stepResult"]["reason"] == "stop"
-    await sync_to_async(wait_rested)(run_id)
+    await rested(run_id)
     decision = await Decision.objects.aget(run_id=run_id)
     assert (decision.kind, decision.via, decision.decided_by_username) == ("approve", "api", reviewer.username)
 
@@ -85,7 +90,22 @@ async def test_approve_with_edited_arguments_as_the_native_api_allows(client):
     assert next(c for c in chunks if c["type"] == "tool-result")["payload"]["result"]["to"] == "bob@example.com"
     decision = await Decision.objects.aget(run_id=run_id)
     assert decision.edited_args == edited
-    await sync_to_async(wait_rested)(run_id)
+    await rested(run_id)
+
+
+async def test_an_args_fingerprint_guards_a_decision_as_on_every_door(client):
+    run_id = await sync_to_async(email_run)(thread="mastra-fingerprint")
+    listed = await (await client.get(f"{AGENT}/suspended-runs?threadId=mastra-fingerprint")).json()
+    call = listed["runs"][0]["toolCalls"][0]
+    body = {"runId": run_id, "toolCallId": call["toolCallId"]}
+    stale = await client.post(f"{AGENT}/decline-tool-call", {**body, "argsFingerprint": "0" * 64})
+    assert await error_of(stale) == (409, "ARGS_CHANGED")
+    assert await Decision.objects.filter(run_id=run_id).acount() == 0
+    await mastra_events(
+        await client.post(f"{AGENT}/decline-tool-call", {**body, "argsFingerprint": call["argsFingerprint"]})
+    )
+    assert (await Decision.objects.aget(run_id=run_id)).kind == "decline"
+    await rested(run_id)
 
 
 async def test_decline_with_a_reason_and_resume(client):
@@ -109,7 +129,7 @@ async def test_decline_with_a_reason_and_resume(client):
     )
     result = next(c for c in chunks if c["type"] == "tool-result")
     assert result["payload"]["result"] == {"answer": "Lyon"}
-    await sync_to_async(wait_rested)(asked)
+    await rested(asked)
 
 
 async def test_generate_variants_answer_json(client):
@@ -209,7 +229,7 @@ async def test_bad_requests_get_mastras_error_envelope_and_change_nothing(client
         409,
         "TOOL_CALL_ALREADY_DECIDED",
     )
-    await sync_to_async(wait_rested)(run_id)
+    await rested(run_id)
 
 
 @sync_to_async

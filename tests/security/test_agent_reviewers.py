@@ -11,7 +11,7 @@ from agentrun.engine.agents import get_agent
 from agentrun.errors import AgentRunError
 from agentrun.models import Decision
 from tests.api.asgi_client import AsgiClient
-from tests.factories import collect, start, tool_line
+from tests.factories import collect, rested, start, tool_line
 from tests.security.test_matrix import MAPPING, make_principals, new_thread, run_state, token_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +33,7 @@ async def test_without_the_setting_every_reviewer_sees_and_decides_every_agent(s
     assert {"support-agent", "billing-agent"} <= {a["id"] for a in agents["data"]}
     response = await client.post(f"/api/agents/support-agent/runs/{stream.run_id}/approve", {})
     assert response.status_code == 202
-    await collect(get_agent("support-agent").continue_stream(stream.run_id))
+    await rested(stream.run_id)
 
 
 async def test_a_reviewer_of_the_restricted_agent_sees_it_and_an_outsider_does_not(settings):
@@ -51,7 +51,7 @@ async def test_a_reviewer_of_the_restricted_agent_sees_it_and_an_outsider_does_n
     assert (response.status_code, (await response.json())["error"]["code"]) == (404, "RUN_NOT_FOUND")
     assert (await run_state(stream.run_id)) == ("suspended", 0, 1)
     assert (await billing.post(f"/api/agents/billing-agent/runs/{stream.run_id}/approve", {})).status_code == 202
-    await collect(get_agent("billing-agent").continue_stream(stream.run_id))
+    await rested(stream.run_id)
 
 
 async def test_a_surfaced_sub_agent_call_needs_the_sub_agents_reviewers_too(settings):

@@ -35,12 +35,12 @@ from rest_framework.authtoken.models import Token
 from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
 from agentrun.asgi import application
 from agentrun.engine.agents import get_agent
-from agentrun.engine.decisions import decide
+from agentrun.engine.service import decide_tool_call as decide
 from agentrun.errors import AgentRunError
 from agentrun.models import BackgroundTask, Decision, Run, RunStep, SuspendedToolCall
 from tests.api.asgi_client import AsgiClient
 from tests.api.conftest import wait_rested
-from tests.factories import collect, start, suspended_email_run, tool_line
+from tests.factories import collect, rested, start, suspended_email_run, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,7 +203,7 @@ async def build_world() -> World:
     thread = new_thread()
     done = await email_run(thread)
     await sync_to_async(decide)(agent_id=TARGET, run_id=done, kind="approve", decided_by="ops")
-    await collect(get_agent(TARGET).continue_stream(done))
+    await rested(done)
     email, ask = await email_run(thread), await ask_run(thread)
     step_id = await RunStep.objects.filter(run_id=email).values_list("id", flat=True).afirst()
     return World(thread, email, ask, done, step_id, await pending_task(done))
@@ -228,10 +228,6 @@ def target_run_count() -> int:
 def task_state(task_id: str) -> tuple[str, bool]:
     task = BackgroundTask.objects.get(pk=task_id)
     return task.status, task.cancel_requested
-
-
-async def settle(run_id: str) -> None:
-    await sync_to_async(wait_rested)(run_id)
 
 
 # --- REST ----------------------------------------------------------------------------------------
@@ -333,7 +329,7 @@ async def rest_cell(row: str, expected: str, not_found_code: str, user: User | N
         return "a run was started" if not allowed else "no run was started"
     if call.run_id:
         if allowed:
-            await settle(call.run_id)
+            await rested(call.run_id)
             after = await run_state(call.run_id)
             if row == "POST run cancel" and after[0] != "cancelled":
                 return f"run is {after[0]} after cancel"
@@ -434,7 +430,7 @@ async def ws_cell(row: str, expected: str, user: User | None, world: World) -> s
         return "a run was started" if not allowed else "no run was started"
     if run_id:
         if allowed:
-            await settle(run_id)
+            await rested(run_id)
             if (await run_state(run_id))[1] != 1:
                 return "no decision was recorded"
         elif (after := await run_state(run_id)) != before or after[0] != "suspended":

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
-from agentrun.engine.agents import get_agent
-from agentrun.engine.decisions import decide
+from agentrun.engine.agents import follow, get_agent
+from agentrun.engine.service import decide_tool_call
 from agentrun.models import Run, RunChunk
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,15 +29,18 @@ async def test_a_dispatched_run_streams_what_the_worker_produces():
     assert (await stream.usage)["completionTokens"] == 4
 
 
-async def test_a_dispatched_continuation_after_a_decision_recorded_elsewhere():
+async def test_a_decision_made_by_the_service_is_followed_through_the_chunk_log():
     agent = get_agent("support-agent")
     first = await agent.stream(EMAIL, memory={"thread": "dsp-2"}, dispatch=True)
     opening = await first.collect()
     assert opening[-1]["payload"]["finishReason"] == "suspended"
     assert [c["name"] for c in await first.tool_calls] == ["send-email"]
 
-    outcome = await sync_to_async(decide)(agent_id=agent.id, run_id=first.run_id, kind="approve")
-    cont = await agent.continue_stream(first.run_id, decision=outcome, dispatch=True)
+    # Any door (here the service itself, as a REST view calls it): the continuation is queued with the
+    # decision and runs in the task runner; the caller only follows the log.
+    outcome = await sync_to_async(decide_tool_call)(agent_id=agent.id, run_id=first.run_id, kind="approve")
+    assert outcome.after_seq == opening[-1]["seq"]
+    cont = follow(outcome)
     chunks = await cont.collect()
     assert chunks[0]["type"] == "start" and chunks[0]["seq"] == opening[-1]["seq"] + 1
     assert chunks[-1]["type"] == "finish" and chunks[-1]["payload"]["finishReason"] == "stop"

@@ -82,9 +82,8 @@ async def test_killing_the_process_running_a_continuation_does_not_lose_or_repea
     from tests.system.slow_agents import slow_agent
 
     token = await reviewer_token()
-    server, port = processes.daphne("daphne")
-    processes.worker("worker-1")
-    processes.worker("worker-2")
+    _, port = processes.daphne("daphne")
+    workers = {w.pid: w for w in (processes.worker("worker-1"), processes.worker("worker-2"))}
 
     # The run suspends (driven by this test process), waiting for approval of the slow tool.
     stream = await slow_agent.stream(
@@ -98,16 +97,18 @@ async def test_killing_the_process_running_a_continuation_does_not_lose_or_repea
         await ws.send(json.dumps({"action": "approve", "runId": run_id}))
         start = json.loads(await asyncio.wait_for(ws.recv(), 10))
         assert start["type"] == "start"
-        # Wait until the server holds the lease and the approved tool is executing, then kill it.
+        # The decision queued its continuation: a worker takes it up. Wait until that worker holds the
+        # lease and the approved tool is executing, then kill it.
         for _ in range(100):
             run = await Run.objects.aget(pk=run_id)
             if run.lease_owner and await ToolEffect.objects.filter(run_id=run_id).aexists():
                 break
             await asyncio.sleep(0.05)
-        assert run.lease_owner.split(":")[1] == str(server.pid), "the server drives the continuation"
-        os.kill(server.pid, signal.SIGKILL)
+        driver = int(run.lease_owner.split(":")[1])
+        assert driver in workers, "a worker drives the continuation, not the web process"
+        os.kill(driver, signal.SIGKILL)
 
-    # A worker's sweep sees the lease expire and continues the run; the tool re-runs with the same id.
+    # The other worker's sweep sees the lease expire and continues the run; the tool re-runs with the same id.
     for _ in range(300):
         run = await Run.objects.aget(pk=run_id)
         if run.status == Run.Status.COMPLETED and run.lease_owner is None:

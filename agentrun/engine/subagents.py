@@ -1,0 +1,57 @@
+"""Sub-agents (CONTRACT §3.6): a supervisor's tool ``agent-<id>`` runs another agent on its thread.
+
+The inner run is a run of its own (its own memory, steps and chunks). When it waits for a person, its
+open call surfaces on the supervisor's call (``InnerRunSuspended``); deciding that call carries the same
+decision to the inner call and resumes the inner run (``Segment._decide_inner``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from agentrun.engine import store
+from agentrun.engine.loop import Segment, inner_outcome
+from agentrun.engine.runtime import db
+from agentrun.engine.tools import InnerRunSuspended, Tool, ToolContext
+
+if TYPE_CHECKING:
+    from agentrun.engine.agents import Agent
+
+
+class SubAgentArgs(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    message: str
+
+
+class SubAgentTool(Tool):
+    """``agent-<id>``: runs a sub-agent on the outer run's thread; its approvals surface on the outer call."""
+
+    def __init__(self, agent: Agent) -> None:
+        super().__init__(
+            None,
+            id=f"agent-{agent.id}",
+            description=agent.description or f"Ask the {agent.name} agent.",
+            args_model=SubAgentArgs,
+        )
+        self.agent = agent
+
+    async def execute(self, args: dict, ctx: ToolContext) -> Any:
+        run = await db(store.create_run)(
+            agent_id=self.agent.id,
+            messages=[{"role": "user", "content": args["message"]}],
+            thread_id=ctx.thread_id,
+            resource_id=ctx.resource_id,
+            metadata={},
+            options={},
+            parent_run_id=ctx.run_id,
+            parent_tool_call_id=ctx.tool_call_id,
+        )
+        await Segment(self.agent, run.id).run()
+        outcome = await inner_outcome(self.agent, run.id)
+        if outcome.status == "suspended":
+            raise InnerRunSuspended(outcome.open_call or {})
+        if outcome.status == "error":
+            raise RuntimeError(outcome.output)
+        return outcome.result
