@@ -6,6 +6,9 @@ from django.views.generic import RedirectView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # The compatibility prefixes first: /api/ answers every other path under it (404 included).
+    path("api/mastra/", include("agentrun.api.mastra")),
+    path("api/openai/v1/", include("agentrun.api.openai_compat")),
     path("api/", include("agentrun.api.urls")),
     path("approvals/", include("approvals.urls")),
     path("accounts/", include("django.contrib.auth.urls")),

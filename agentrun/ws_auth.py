@@ -1,4 +1,5 @@
-"""Websocket authentication: the session cookie, ``Authorization: Token <key>``, or ``?token=<key>``."""
+"""Websocket authentication: the session cookie, ``Authorization: Token <key>`` (or ``Bearer <key>``), or
+``?token=<key>``."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ class TokenAuthMiddleware(BaseMiddleware):
     async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
         key = None
         for name, value in scope.get("headers", []):
-            if name == b"authorization" and value.startswith(b"Token "):
-                key = value[6:].decode("latin-1").strip()
+            keyword, _, rest = value.partition(b" ")
+            if name == b"authorization" and keyword.lower() in (b"token", b"bearer"):
+                key = rest.decode("latin-1").strip()
         if key is None:
             key = (parse_qs(scope.get("query_string", b"").decode()).get("token") or [None])[0]
         if key:

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentrun.access import VIEW_PERMISSION
+from agentrun.api.authentication import BearerTokenAuthentication
 from agentrun.api.exceptions import too_large
 from agentrun.engine.inputs import json_problem
 from agentrun.errors import AgentRunError
@@ -82,7 +83,7 @@ class HasRequiredPermission(BasePermission):
 class ApiView(APIView):
     """Base of every endpoint: Token first, so anonymous requests get 401 with a challenge."""
 
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    authentication_classes = [TokenAuthentication, BearerTokenAuthentication, SessionAuthentication]
     permission_classes = [HasRequiredPermission]
     parser_classes = [BoundedJSONParser]
     renderer_classes = [JSONRenderer]
