@@ -220,7 +220,7 @@ class DecisionView(MastraView):
     generate = False
 
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - Mastra's path parameter
-        agent = views._agent_or_404(agentId, request.user)
+        agent = views.agent_or_404(agentId, request.user)
         body = self.body()
         # The native body's rules (toolCallId, reason, resumeData, argsFingerprint; args to approve with
         # edited arguments), plus Mastra's: runId always, toolCallId to approve or decline.
@@ -296,7 +296,7 @@ class StreamView(MastraView):
     until_idle = False
 
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803
-        agent = views._agent_or_404(agentId, request.user)
+        agent = views.agent_or_404(agentId, request.user)
         kwargs = _stream_kwargs(self.body(), until_idle=self.until_idle)
         stream = views.start_detached(agent.stream, **kwargs, dispatch=True)
         return mastra_event_stream(mastra_chunks(stream.full_stream), stream.run_id)
@@ -311,7 +311,7 @@ class ObserveView(MastraView):
     (= chunks with ``seq > offset``), then live, until the segment's ``finish``."""
 
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803
-        agent = views._agent_or_404(agentId, request.user)
+        agent = views.agent_or_404(agentId, request.user)
         body = _object(self.body())
         run_id = _required_str(body, "runId")
         offset = body.get("offset", 0)
@@ -364,7 +364,7 @@ class AgentListView(MastraView):
 
 class AgentDetailView(MastraView):
     def get(self, request: Request, agentId: str) -> Response:  # noqa: N803
-        return Response(mastra_agent(views._agent_or_404(agentId, request.user)))
+        return Response(mastra_agent(views.agent_or_404(agentId, request.user)))
 
 
 class SuspendedRunsView(MastraView, views.SuspendedRunsView):

@@ -238,7 +238,7 @@ def _runs(user: Any) -> QuerySet:
 
 
 def _run_or_404(thread_id: str, run_id: str, user: Any) -> Run:
-    run = views._run_or_404(run_id, user)  # the native rule: hidden agents' runs do not exist
+    run = views.run_or_404(run_id, user)  # the native rule: hidden agents' runs do not exist
     if run.thread_id != thread_id:
         raise AgentRunError("RUN_NOT_FOUND", f"No run {run_id} on thread {thread_id}.")
     expire_run_if_due(run.id)  # a run past its time to live reads as expired, sweeper or not

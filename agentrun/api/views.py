@@ -66,7 +66,7 @@ CURSOR_PARAMS = [
 ]
 
 
-def _run_or_404(run_id: str, user: Any) -> Run:
+def run_or_404(run_id: str, user: Any) -> Run:
     """The run, or ``RUN_NOT_FOUND`` when it does not exist or its agent is hidden from ``user``."""
     run = Run.objects.filter(pk=run_id).first()
     if run is None or not access.in_agent_scope(user, run.agent_id):
@@ -74,7 +74,7 @@ def _run_or_404(run_id: str, user: Any) -> Run:
     return run
 
 
-def _agent_or_404(agent_id: str, user: Any) -> Agent:
+def agent_or_404(agent_id: str, user: Any) -> Agent:
     """The registered agent, or ``AGENT_NOT_FOUND`` when it is not registered or hidden from ``user``."""
     agent = get_agent(agent_id)
     if not access.in_agent_scope(user, agent.id):
@@ -107,7 +107,7 @@ class AgentStreamView(ApiView):
         responses={(200, "text/event-stream"): SSE_RESPONSE, **errors(*WRITE_ERRORS)},
     )
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - the contract's path parameter
-        agent = _agent_or_404(agentId, request.user)
+        agent = agent_or_404(agentId, request.user)
         kwargs = stream_kwargs(self.body())
         stream = start_detached(agent.stream, **kwargs, dispatch=True)
         return event_stream_response(stream.full_stream)
@@ -123,7 +123,7 @@ class AgentGenerateView(ApiView):
         responses={200: s.GenerateResponseSerializer, **errors(*WRITE_ERRORS)},
     )
     def post(self, request: Request, agentId: str) -> Response:  # noqa: N803
-        agent = _agent_or_404(agentId, request.user)
+        agent = agent_or_404(agentId, request.user)
         kwargs = stream_kwargs(self.body())
         return Response(async_to_sync(_generate)(agent, kwargs))
 
@@ -149,7 +149,7 @@ class SuspendedRunsView(ApiView):
         responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request, agentId: str) -> Response:  # noqa: N803
-        agent = _agent_or_404(agentId, request.user)
+        agent = agent_or_404(agentId, request.user)
         q = request.query_params
         page = list_suspended_runs(
             agent_id=agent.id,
@@ -175,7 +175,7 @@ class DecisionView(ApiView):
         return [DecisionRequest(kind=self.kind, **decision_kwargs(self.kind, body))]
 
     def decide(self, request: Request, agent_id: str, run_id: str, *, batch: bool = False) -> Any:
-        agent = _agent_or_404(agent_id, request.user)
+        agent = agent_or_404(agent_id, request.user)
         body = self.body()
         answer = decide_via_api(
             user=request.user,
@@ -287,7 +287,7 @@ class RunDetailView(ApiView):
         operation_id="runs_retrieve", tags=["runs"], responses={200: s.RunSerializer, **errors(*READ_ERRORS)}
     )
     def get(self, request: Request, runId: str) -> Response:  # noqa: N803
-        run = _run_or_404(runId, request.user)
+        run = run_or_404(runId, request.user)
         if expire_run_if_due(run.id):  # a run past its time to live reads as expired, sweeper or not
             run.refresh_from_db()
         return Response(run.to_dict())
@@ -303,7 +303,7 @@ class RunCancelView(ApiView):
         responses={200: s.RunSerializer, **errors(*WRITE_ERRORS, 409)},
     )
     def post(self, request: Request, runId: str) -> Response:  # noqa: N803
-        run = _run_or_404(runId, request.user)
+        run = run_or_404(runId, request.user)
         return Response(cancel_run(run_id=run.id, agent_id=run.agent_id).to_dict())
 
 
@@ -315,7 +315,7 @@ class RunStepListView(ApiView):
         responses={200: s.StepListSerializer, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request, runId: str) -> Response:  # noqa: N803
-        run = _run_or_404(runId, request.user)
+        run = run_or_404(runId, request.user)
         return Response(cursor_page(RunStep.objects.filter(run=run), request.query_params))
 
 
@@ -324,7 +324,7 @@ class RunStepDetailView(ApiView):
         operation_id="runs_steps_retrieve", tags=["runs"], responses={200: s.StepSerializer, **errors(*READ_ERRORS)}
     )
     def get(self, request: Request, runId: str, stepId: str) -> Response:  # noqa: N803
-        run = _run_or_404(runId, request.user)
+        run = run_or_404(runId, request.user)
         step = RunStep.objects.filter(run=run, pk=stepId).first()
         if step is None:
             raise AgentRunError("NOT_FOUND", f"Run {run.id} has no step {stepId}.")
@@ -350,7 +350,7 @@ class RunStreamView(ApiView):
         responses={(200, "text/event-stream"): SSE_RESPONSE, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request, runId: str) -> Any:  # noqa: N803
-        run = _run_or_404(runId, request.user)
+        run = run_or_404(runId, request.user)
         last_event_id = request.headers.get("Last-Event-ID")
         if last_event_id:
             after = _seq_param(last_event_id, "Last-Event-ID")
