@@ -6,7 +6,9 @@ from django.views.generic import RedirectView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/", include("notifications.api_urls")),  # webhook endpoints: before the API's catch-all
     path("api/", include("agentrun.api.urls")),
+    path("approvals/", include("notifications.urls")),  # decision links, email settings, grants
     path("approvals/", include("approvals.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("agentrun.health")),  # /healthz: database, channel layer, workers seen recently

@@ -196,6 +196,10 @@ class DecisionSerializer(serializers.Serializer):
     decidedBy = serializers.CharField(allow_null=True)
     via = serializers.ChoiceField(choices=Decision.Via.choices)
     decidedAt = serializers.DateTimeField()
+    details = serializers.DictField(
+        allow_null=True,
+        help_text='via policy: what decided, {"policy": "grant", "grantId"} or {"policy": "timeout", …}',
+    )
 
 
 # --- runs, steps, messages -----------------------------------------------------------------------
