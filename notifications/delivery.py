@@ -41,6 +41,8 @@ from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
 logger = logging.getLogger("agentrun.notifications")
 
 MAX_BACKOFF_SECONDS = 3600.0
+# An event younger than this is left to the process that recorded it (it hands events over at once).
+UNTAKEN_GRACE = timedelta(seconds=2)
 CLAIM_MARGIN_SECONDS = 30.0  # a claimed delivery is attempted again only after its timeout and this
 SWEEP_BATCH = 200
 USER_AGENT = "agentrun-webhooks/1"
@@ -250,7 +252,8 @@ def _send(user: Any, notices: list[EmailNotice]) -> None:
 def sweep() -> None:
     """Take events left untaken; hand due deliveries, notices and digests to the pool."""
     now = timezone.now()
-    untaken = OutboxEvent.objects.filter(handled_at__isnull=True).order_by("created_at")
+    untaken = OutboxEvent.objects.filter(handled_at__isnull=True, created_at__lt=now - UNTAKEN_GRACE)
+    untaken = untaken.order_by("created_at")
     for event_id in untaken.values_list("id", flat=True)[:SWEEP_BATCH]:
         pool.submit(f"event:{event_id}", handle_event, event_id)
     due = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now)
