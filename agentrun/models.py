@@ -385,7 +385,8 @@ class Decision(models.Model):
         return f"{self.kind} {self.tool_call_id}"
 
     def to_dict(self) -> dict:
-        return {
+        """The decision of CONTRACT §4; an automatic decision adds ``details`` (what decided, §8)."""
+        data = {
             "id": self.id,
             "runId": self.run_id,
             "agentId": self.agent_id,
@@ -400,8 +401,10 @@ class Decision(models.Model):
             "decidedBy": self.decided_by_username,
             "via": self.via,
             "decidedAt": iso(self.decided_at),
-            "details": self.details,
         }
+        if self.details is not None:
+            data["details"] = self.details
+        return data
 
     @property
     def automatic(self) -> bool:

@@ -7,7 +7,6 @@ generated ``whsec_`` secret, shown in that response only.
 
 from __future__ import annotations
 
-from django.core.validators import URLValidator
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.permissions import BasePermission
@@ -67,7 +66,8 @@ class EndpointInputSerializer(serializers.Serializer):
     )
 
     def validate_url(self, value: str) -> str:
-        URLValidator(schemes=["http", "https"])(value)
+        for validator in WebhookEndpoint._meta.get_field("url").validators:  # http(s) URLs only
+            validator(value)
         return value
 
     def validate_secret(self, value: str) -> str:

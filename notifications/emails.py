@@ -5,8 +5,8 @@
   agent in ``AGENTRUN_AGENT_REVIEWERS``, one of its groups).
 - ``approval.escalated`` goes to those of them in the tool's ``escalate_to`` groups.
 - Each reviewer's preference (``NotificationPreference``; none: immediately): ``immediately`` (one
-  email per event), ``digest`` (one email per ``AGENTRUN_DIGEST_SECONDS`` at most, listing what
-  still waits) or ``off``.
+  email per event), ``digest`` (suspensions gathered into one email per ``AGENTRUN_DIGEST_SECONDS`` at
+  most, listing what still waits; warnings and escalations still go at once) or ``off``.
 
 A message lists the calls that still wait when it is sent (none left: nothing is sent), each approval
 call with a signed decision link for that reviewer alone, and links to the dashboard.
@@ -54,7 +54,10 @@ def recipients(event: OutboxEvent) -> list:
     """The reviewers told of ``event`` (with an email address, email not turned off)."""
     perm = Permission.objects.filter(codename="decide_toolcall", content_type__app_label="agentrun").first()
     users = get_user_model().objects.filter(is_active=True).exclude(email="")
-    users = users.filter(Q(is_superuser=True) | Q(groups__permissions=perm) | Q(user_permissions=perm))
+    deciders = Q(is_superuser=True)
+    if perm is not None:
+        deciders |= Q(groups__permissions=perm) | Q(user_permissions=perm)
+    users = users.filter(deciders)
     if groups := access.agent_reviewers().get(event.agent_id):
         users = users.filter(Q(is_superuser=True) | Q(groups__name__in=groups))
     if event.type == events.ESCALATED:
@@ -72,7 +75,8 @@ def create_notices(event: OutboxEvent) -> None:
     notices = []
     for user in recipients(event):
         preference = getattr(user, "notification_preference", None)
-        digest = preference is not None and preference.email == DIGEST
+        # A warning or an escalation is about a deadline: it does not wait for the digest.
+        digest = preference is not None and preference.email == DIGEST and event.type == events.RUN_SUSPENDED
         notices.append(
             EmailNotice(
                 user=user, event=event, digest=digest, next_attempt_at=_digest_due(user, now) if digest else now

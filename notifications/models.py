@@ -7,6 +7,7 @@ deliveries (one per subscribed endpoint) and notices (one per reviewer to email)
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -36,7 +37,7 @@ class WebhookEndpoint(models.Model):
         SLACK = "slack"  # a Slack incoming-webhook message: the summary and a link
 
     id = models.CharField(primary_key=True, max_length=40, default=_endpoint_id, editable=False)
-    url = models.URLField(max_length=2000)
+    url = models.URLField(max_length=2000, validators=[URLValidator(schemes=["http", "https"])])
     secret = models.CharField(max_length=255)
     events = models.JSONField(default=list, blank=True)  # event types; empty: all
     agents = models.JSONField(default=list, blank=True)  # agent ids; empty: all

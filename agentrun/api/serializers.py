@@ -197,8 +197,9 @@ class DecisionSerializer(serializers.Serializer):
     via = serializers.ChoiceField(choices=Decision.Via.choices)
     decidedAt = serializers.DateTimeField()
     details = serializers.DictField(
-        allow_null=True,
-        help_text='via policy: what decided, {"policy": "grant", "grantId"} or {"policy": "timeout", …}',
+        required=False,
+        help_text='Automatic decisions only (via policy): what decided, {"policy": "grant", "grantId", …} or '
+        '{"policy": "timeout", "onTimeout", …}.',
     )
 
 

@@ -57,6 +57,7 @@ HANG_SECONDS = 30
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     state = Receiver(url="")
+    lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
@@ -66,9 +67,11 @@ def receiver() -> Iterator[Receiver]:
             state.requests.append(Received({k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()))
             answer = state.answers[min(index, len(state.answers) - 1)]
             if answer == "hang":
-                state.hanging += 1
+                with lock:
+                    state.hanging += 1
                 state.released.wait(HANG_SECONDS)
-                state.hanging -= 1
+                with lock:
+                    state.hanging -= 1
                 answer = 200
             self.send_response(int(answer))
             self.send_header("Content-Length", "2")

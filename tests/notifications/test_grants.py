@@ -90,10 +90,11 @@ def test_granting_from_a_card_approves_the_call_and_the_next_ones_on_the_thread(
 
     # The audit trail tells the two apart.
     audit = token_client(make_user("auditor")).get("/api/decisions?threadId=t-grant").json()["data"]
-    assert [(d["via"], d["decidedBy"], (d["details"] or {}).get("grantId")) for d in audit] == [
+    assert [(d["via"], d["decidedBy"], d.get("details", {}).get("grantId")) for d in audit] == [
         ("policy", None, saved.id),
         ("dashboard", "rita", None),
     ]
+    assert "details" not in audit[1]  # a person's decision: exactly the contract's fields
 
 
 def test_a_grant_covers_its_scope_and_tool_only(rita):

@@ -184,3 +184,33 @@ def test_the_sweep_finds_due_deadlines_on_their_partial_indexes():
     for field, index in (("timeout_at", "suspended_call_timeout"), ("warn_at", "suspended_call_warning")):
         plan = timeouts._open(**{f"{field}__lte": timezone.now()}).order_by(field)[: timeouts.BATCH].explain()
         assert index in plan, plan
+
+
+def supervised_run(on_timeout: str, thread: str) -> tuple[str, str]:
+    """A supervisor whose sub-agent waits for approval of a call under a timeout policy."""
+    inner = policy_agent(on_timeout)
+    supervisor = Agent(id=f"boss-{on_timeout}", agents=[inner])
+    line = tool_line(f"agent-{inner.id}", {"message": tool_line("wire-money", {"amount": 5})})
+    stream, _ = async_to_sync(start)(supervisor.id, line, thread=thread)
+    return stream.run_id, Run.objects.get(parent_run_id=stream.run_id).id
+
+
+def test_a_sub_agents_call_timing_out_is_decided_on_the_supervisors_call():
+    outer, inner = supervised_run("decline", "t-sub-timeout")
+    past_deadline(inner)
+    assert timeouts.sweep()["timed_out"] == 1
+    assert wait_rested(outer).status == "completed" and Run.objects.get(pk=inner).status == "completed"
+    [decision] = Decision.objects.all()
+    assert (decision.run_id, decision.via, decision.kind) == (outer, "policy", "decline")  # one record
+    assert "denied: Declined automatically" in async_to_sync(final_answer)(outer)
+
+
+def test_cancel_run_on_a_sub_agents_call_cancels_the_supervisor_too():
+    outer, inner = supervised_run("cancel_run", "t-sub-cancel")
+    past_deadline(inner)
+    timeouts.sweep()
+    assert set(Run.objects.filter(pk__in=[outer, inner]).values_list("status", flat=True)) == {"cancelled"}
+    assert sorted(Decision.objects.values_list("run_id", "kind", "via")) == sorted(
+        [(outer, "expire", "policy"), (inner, "expire", "policy")]
+    )
+    assert not SuspendedToolCall.objects.exists() and not Snapshot.objects.exists()

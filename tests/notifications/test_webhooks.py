@@ -189,7 +189,7 @@ def test_a_hanging_receiver_does_not_slow_a_decision_or_a_run(receiver, settings
     # The run went on and finished while the receiver still holds the first delivery open.
     assert run.status == "completed"
     receiver.wait_for(2)  # both deliveries were started, each in its own thread
-    assert receiver.hanging == 2
+    wait_until(lambda: receiver.hanging == 2, what="two hanging deliveries")
     assert WebhookDelivery.objects.filter(status="pending").count() == 2
     receiver.release()
     wait_until(lambda: WebhookDelivery.objects.filter(status="delivered").count() == 2 or None)
