@@ -47,3 +47,4 @@ lint: setup
 
 bench: setup
 	$(BIN)/python benchmarks/stream_fanout.py
+	$(BIN)/python benchmarks/outbox.py

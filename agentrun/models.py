@@ -297,6 +297,11 @@ class SuspendedToolCall(models.Model):
     inner_run_id = models.CharField(max_length=40, null=True, blank=True)
     inner_tool_call_id = models.CharField(max_length=128, null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # A timeout policy (``@tool(approval_timeout=…)``, ``agentrun.engine.timeouts``): when the sweep sends
+    # ``approval.timeout_warning`` and when it applies ``on_timeout``; each is cleared once done.
+    warn_at = models.DateTimeField(null=True, blank=True)
+    timeout_at = models.DateTimeField(null=True, blank=True)
+    on_timeout = models.CharField(max_length=16, null=True, blank=True)
 
     class Meta:
         ordering = ["position", "id"]
@@ -306,6 +311,16 @@ class SuspendedToolCall(models.Model):
         indexes = [
             # Serves the listing's prefetch of open calls and the decision transaction's lookup.
             models.Index(fields=["run", "position"], name="suspended_call_open", condition=Q(status="open")),
+            # Serve the sweep's deadline queries (open calls whose warning / timeout is due): only calls
+            # under a timeout policy are in them, so the sweep's cost follows the work due.
+            models.Index(
+                fields=["warn_at"], name="suspended_call_warning", condition=Q(status="open", warn_at__isnull=False)
+            ),
+            models.Index(
+                fields=["timeout_at"],
+                name="suspended_call_timeout",
+                condition=Q(status="open", timeout_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -349,6 +364,9 @@ class Decision(models.Model):
     decided_by_username = models.CharField(max_length=150, null=True, blank=True)
     via = models.CharField(max_length=16, choices=Via.choices)
     decided_at = models.DateTimeField(default=timezone.now)
+    # What made an automatic decision (``via`` policy): ``{"policy": "grant", "grantId", …}`` or
+    # ``{"policy": "timeout", "onTimeout", …}``. Null for a person's decision and for expiry.
+    details = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-decided_at", "-id"]
@@ -367,7 +385,8 @@ class Decision(models.Model):
         return f"{self.kind} {self.tool_call_id}"
 
     def to_dict(self) -> dict:
-        return {
+        """The decision of CONTRACT §4; an automatic decision adds ``details`` (what decided, §8)."""
+        data = {
             "id": self.id,
             "runId": self.run_id,
             "agentId": self.agent_id,
@@ -383,6 +402,14 @@ class Decision(models.Model):
             "via": self.via,
             "decidedAt": iso(self.decided_at),
         }
+        if self.details is not None:
+            data["details"] = self.details
+        return data
+
+    @property
+    def automatic(self) -> bool:
+        """Made by the system (expiry) or a policy (a standing grant, a timeout), not by a person."""
+        return self.via in (self.Via.SYSTEM, self.Via.POLICY)
 
 
 class RunChunk(models.Model):
@@ -550,3 +577,85 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+def _grant_id() -> str:
+    return new_id("grant")
+
+
+class StandingGrant(models.Model):
+    """ "Always approve this tool for this thread / resource": a call it matches that would wait for
+    approval is approved at once by policy (``via`` policy, the decision naming the grant)."""
+
+    class Scope(models.TextChoices):
+        THREAD = "thread"
+        RESOURCE = "resource"
+
+    id = models.CharField(primary_key=True, max_length=40, default=_grant_id, editable=False)
+    agent_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=128)
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    scope_id = models.CharField(max_length=255)  # the thread id or the resource id
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_by_username = models.CharField(max_length=150, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by_username = models.CharField(max_length=150, null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            # Serves the loop's lookup of a grant for a call about to wait (agentrun.engine.decisions).
+            models.Index(
+                fields=["agent_id", "tool_name", "scope", "scope_id"],
+                name="grant_live",
+                condition=Q(revoked_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id}: {self.describe()}"
+
+    def describe(self) -> str:
+        return f"always approve {self.tool_name} of {self.agent_id} for {self.scope} {self.scope_id}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+def _event_id() -> str:
+    return new_id("evt")
+
+
+class OutboxEvent(models.Model):
+    """What happened to a run, for listeners outside the engine (webhooks, email; ``agentrun.events``).
+
+    Written in the transaction of the state change itself, so an event exists exactly when its change
+    does; ``id`` is the stable event id receivers deduplicate on."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_event_id, editable=False)
+    type = models.CharField(max_length=40)
+    agent_id = models.CharField(max_length=128)
+    run_id = models.CharField(max_length=40)
+    data = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+    # When the listeners took it (their deliveries and notices written); null until then.
+    handled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            # Serves the sweep's "events no listener took yet" (a process died between commit and hand-over).
+            models.Index(fields=["created_at"], name="event_unhandled", condition=Q(handled_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.id}"
+
+    def envelope(self) -> dict:
+        """The webhook body of CONTRACT §8: ``{id, type, createdAt, data}``."""
+        return {"id": self.id, "type": self.type, "createdAt": iso(self.created_at), "data": self.data}

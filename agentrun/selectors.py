@@ -30,6 +30,21 @@ class SuspendedRunToolCall:
     inner_run_id: str | None = None
     inner_tool_call_id: str | None = None
 
+    @classmethod
+    def from_row(cls, call: SuspendedToolCall) -> SuspendedRunToolCall:
+        return cls(
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            args=call.args,
+            requires_approval=call.requires_approval,
+            suspend_payload=call.suspend_payload,
+            resume_schema=call.resume_schema,
+            risk=call.risk,
+            inner_agent_id=call.inner_agent_id,
+            inner_run_id=call.inner_run_id,
+            inner_tool_call_id=call.inner_tool_call_id,
+        )
+
     @property
     def args_fingerprint(self) -> str:
         return args_fingerprint(self.args)
@@ -143,20 +158,7 @@ def list_suspended_runs(
         run_id__in=list(calls_by_run), status=SuspendedToolCall.Status.OPEN
     ).order_by("run_id", "position", "id")
     for c in open_calls:
-        calls_by_run[c.run_id].append(
-            SuspendedRunToolCall(
-                tool_call_id=c.tool_call_id,
-                tool_name=c.tool_name,
-                args=c.args,
-                requires_approval=c.requires_approval,
-                suspend_payload=c.suspend_payload,
-                resume_schema=c.resume_schema,
-                risk=c.risk,
-                inner_agent_id=c.inner_agent_id,
-                inner_run_id=c.inner_run_id,
-                inner_tool_call_id=c.inner_tool_call_id,
-            )
-        )
+        calls_by_run[c.run_id].append(SuspendedRunToolCall.from_row(c))
     runs = [
         SuspendedRun(
             run_id=s.run_id,

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "agentrun",
     "approvals",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -233,3 +234,39 @@ if env_bool("AGENTRUN_HTTPS", False):
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
+
+
+# --- notifications: email, webhooks, signed links (CONTRACT §8; the notifications app) ----------
+# Email goes through Django's mailers, configured from the environment variables CONTRACT §8 names
+# (Django 6.1 deprecates the EMAIL_* settings themselves in favour of MAILERS).
+_EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+_email_options: dict = {}
+if _EMAIL_BACKEND.endswith("filebased.EmailBackend"):
+    _email_options = {"file_path": os.environ.get("EMAIL_FILE_PATH") or str(DATA_DIR / "emails")}
+elif _EMAIL_BACKEND.endswith("smtp.EmailBackend"):
+    _email_options = {
+        "host": os.environ.get("EMAIL_HOST", "localhost"),
+        "port": int(os.environ.get("EMAIL_PORT", "25")),
+        "username": os.environ.get("EMAIL_HOST_USER", ""),
+        "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+        "use_tls": env_bool("EMAIL_USE_TLS", False),
+        "timeout": 10,  # a mail server that hangs holds a notification thread this long at most
+    }
+MAILERS = {"default": {"BACKEND": _EMAIL_BACKEND, "OPTIONS": _email_options}}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agentrun <agentrun@localhost>")
+# The base of links in messages (signed decision links, dashboard links).
+AGENTRUN_PUBLIC_URL = os.environ.get("AGENTRUN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# A signed decision link works once, for this many seconds at most.
+AGENTRUN_LINK_MAX_AGE = float(os.environ.get("AGENTRUN_LINK_MAX_AGE", str(24 * 3600)))
+# Reviewers who chose the digest get at most one email per this many seconds.
+AGENTRUN_DIGEST_SECONDS = float(os.environ.get("AGENTRUN_DIGEST_SECONDS", "3600"))
+# Webhooks: a delivery attempt gives up after this long; failed attempts are retried after
+# RETRY × 2^(n-1) seconds (at most an hour apart), MAX_ATTEMPTS times in all.
+AGENTRUN_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTRUN_WEBHOOK_TIMEOUT_SECONDS", "5"))
+AGENTRUN_WEBHOOK_RETRY_SECONDS = float(os.environ.get("AGENTRUN_WEBHOOK_RETRY_SECONDS", "10"))
+AGENTRUN_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("AGENTRUN_WEBHOOK_MAX_ATTEMPTS", "12"))
+# Threads per process that send webhooks and email (never the engine's, nor the task queue's).
+AGENTRUN_NOTIFY_THREADS = int(os.environ.get("AGENTRUN_NOTIFY_THREADS", "4"))
+# How long a process trusts its in-memory view of who subscribes (endpoints, email recipients)
+# before reading it again; changes made in the same process apply at once.
+AGENTRUN_EVENTS_REFRESH_SECONDS = float(os.environ.get("AGENTRUN_EVENTS_REFRESH_SECONDS", "5"))

@@ -9,7 +9,9 @@ urlpatterns = [
     # The compatibility prefixes first: /api/ answers every other path under it (404 included).
     path("api/mastra/", include("agentrun.api.mastra")),
     path("api/openai/v1/", include("agentrun.api.openai_compat")),
+    path("api/", include("notifications.api_urls")),  # webhook endpoints: before the API's catch-all
     path("api/", include("agentrun.api.urls")),
+    path("approvals/", include("notifications.urls")),  # decision links, email settings, grants
     path("approvals/", include("approvals.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("agentrun.health")),  # /healthz: database, channel layer, workers seen recently

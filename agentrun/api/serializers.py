@@ -196,6 +196,11 @@ class DecisionSerializer(serializers.Serializer):
     decidedBy = serializers.CharField(allow_null=True)
     via = serializers.ChoiceField(choices=Decision.Via.choices)
     decidedAt = serializers.DateTimeField()
+    details = serializers.DictField(
+        required=False,
+        help_text='Automatic decisions only (via policy): what decided, {"policy": "grant", "grantId", …} or '
+        '{"policy": "timeout", "onTimeout", …}.',
+    )
 
 
 # --- runs, steps, messages -----------------------------------------------------------------------

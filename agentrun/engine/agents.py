@@ -194,7 +194,7 @@ class Agent:
                 else:
                     await asyncio.sleep(IDLE_POLL_SECONDS)
         finally:
-            await db(store.finish_idle_run)(run_id)
+            await db(store.finish_idle_run)(run_id, self.id)
             try:
                 await asyncio.wait_for(forwarder, timeout=10)
             except TimeoutError:

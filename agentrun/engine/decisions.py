@@ -1,9 +1,11 @@
 """The decision transaction: approve / decline / resume suspended tool calls, exactly once.
 
-Also the other transitions a person or the system makes on a waiting run: expiry and cancellation.
-Each is one atomic block that locks the run row (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite
-transactions start IMMEDIATE, which serialises writers), re-checks the state it read, and writes.
-A unique constraint on (run, tool call, suspension) backs the lock: a second decision cannot exist.
+Also the other transitions a person, the system or a policy makes on a waiting run: expiry,
+cancellation, a standing grant's approval, a timeout's cancellation. Each is one atomic block that
+locks the run row (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite transactions start IMMEDIATE, which
+serialises writers), re-checks the state it read, and writes, its outbox event (``agentrun.events``)
+included. A unique constraint on (run, tool call, suspension) backs the lock: a second decision
+cannot exist.
 
 ``record_decisions`` writes decisions in the caller's transaction and nothing else: the one service
 every surface calls (``agentrun.engine.service``) wraps it with the continuation's enqueue.
@@ -17,15 +19,16 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from agentrun import access
+from agentrun import access, events
 from agentrun.engine.inputs import json_problem
 from agentrun.engine.registry import get_agent
 from agentrun.engine.tools import Tool
 from agentrun.errors import AgentRunError
 from agentrun.fanout import notify_approvals
-from agentrun.models import Decision, Run, RunStep, Snapshot, SuspendedToolCall, args_fingerprint
+from agentrun.models import Decision, Run, RunStep, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
 from agentrun.timeutil import iso
 
 DECISION_KINDS = ("approve", "decline", "resume")
@@ -83,8 +86,11 @@ class DecisionOutcome:
         }
 
 
+AUTOMATIC_DECIDERS = {Decision.Via.SYSTEM: "the system", Decision.Via.POLICY: "a policy"}
+
+
 def already_decided_error(decision: Decision) -> AgentRunError:
-    who = decision.decided_by_username or ("the system" if decision.via == Decision.Via.SYSTEM else "someone")
+    who = decision.decided_by_username or AUTOMATIC_DECIDERS.get(decision.via, "someone")
     return AgentRunError(
         "TOOL_CALL_ALREADY_DECIDED",
         f"Tool call {decision.tool_call_id} was already decided ({decision.kind}) by {who}.",
@@ -188,9 +194,11 @@ def record_decisions(
     decided_by: Any = None,
     via: str = Decision.Via.PYTHON,
     batch: bool = False,
+    details: dict | None = None,
 ) -> DecisionOutcome:
     """Record decisions on open calls of one run, all or none; or raise the contract's error having
-    changed nothing (in a batch, ``details.index`` names the request that failed).
+    changed nothing (in a batch, ``details.index`` names the request that failed). ``details``: what
+    made an automatic decision (a timeout policy), kept on each decision.
 
     Runs in the caller's transaction (opened here if there is none). Does not continue the run, and does
     not expire it: callers run ``expire_run_if_due`` first, in a transaction of its own.
@@ -225,6 +233,7 @@ def record_decisions(
             person=person,
             via=via,
             batch=batch,
+            details=details,
         )
         inner_next_seq = Run.objects.filter(pk=run_id).values_list("next_seq", flat=True).get()
         outer.run_id = run_id
@@ -233,7 +242,14 @@ def record_decisions(
         outer.after_seq = inner_next_seq - 1
         return outer
     return _record(
-        agent_id=agent_id, run_id=run_id, requests=requests, decided_by=decided_by, person=person, via=via, batch=batch
+        agent_id=agent_id,
+        run_id=run_id,
+        requests=requests,
+        decided_by=decided_by,
+        person=person,
+        via=via,
+        batch=batch,
+        details=details,
     )
 
 
@@ -257,6 +273,7 @@ def _record(
     person: Any,
     via: str,
     batch: bool,
+    details: dict | None,
 ) -> DecisionOutcome:
     try:
         with transaction.atomic():
@@ -273,7 +290,9 @@ def _record(
             for index, request in enumerate(requests):
                 try:
                     call = _open_call(run, open_calls, request.tool_call_id)
-                    decisions.append(_decide_call(run, call, request, decided_by=decided_by, person=person, via=via))
+                    decisions.append(
+                        _decide_call(run, call, request, decided_by=decided_by, person=person, via=via, details=details)
+                    )
                 except AgentRunError as exc:
                     raise _indexed(exc, index if batch else None) from None
                 open_calls.remove(call)
@@ -283,6 +302,8 @@ def _record(
                 run.status = Run.Status.IN_PROGRESS
                 run.save(update_fields=["status"])
                 Snapshot.objects.filter(run=run).delete()
+            for decision in decisions:
+                _record_decided_event(run, decision)
             transaction.on_commit(lambda: _notify_decided(run, decisions))
             return DecisionOutcome(
                 run_id=run.id,
@@ -319,7 +340,14 @@ def _open_call(run: Run, open_calls: list[SuspendedToolCall], tool_call_id: str 
 
 
 def _decide_call(
-    run: Run, call: SuspendedToolCall, request: DecisionRequest, *, decided_by: Any, person: Any, via: str
+    run: Run,
+    call: SuspendedToolCall,
+    request: DecisionRequest,
+    *,
+    decided_by: Any,
+    person: Any,
+    via: str,
+    details: dict | None = None,
 ) -> Decision:
     """Validate one decision against its open call and record it (the run is locked by the caller)."""
     kind = request.kind
@@ -363,6 +391,7 @@ def _decide_call(
         decided_by=decided_by if getattr(decided_by, "pk", None) else None,
         decided_by_username=getattr(decided_by, "username", None)
         or (decided_by if isinstance(decided_by, str) else None),
+        details=details,
     )
     call.status = SuspendedToolCall.Status.DECIDED
     call.decision = decision
@@ -384,6 +413,47 @@ def _create_decision(run: Run, call: SuspendedToolCall, *, kind: str, via: str, 
         via=via,
         **fields,
     )
+
+
+def _record_decided_event(run: Run, decision: Decision) -> None:
+    events.record(events.TOOLCALL_DECIDED, agent_id=run.agent_id, run_id=run.id, data=decision.to_dict)
+
+
+# --- standing grants ----------------------------------------------------------------------------
+def matching_grant(run: Run, tool_name: str) -> StandingGrant | None:
+    """The oldest live grant approving ``tool_name`` of this run's agent on its thread or resource."""
+    scopes = Q(scope=StandingGrant.Scope.THREAD, scope_id=run.thread_id)
+    if run.resource_id:
+        scopes |= Q(scope=StandingGrant.Scope.RESOURCE, scope_id=run.resource_id)
+    return (
+        StandingGrant.objects.filter(scopes, agent_id=run.agent_id, tool_name=tool_name, revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        .order_by("created_at", "id")
+        .first()
+    )
+
+
+def approve_by_grant(run: Run, *, tool_call_id: str, tool_name: str, args: Any) -> Decision | None:
+    """A call about to wait for approval that a standing grant covers is approved by it: the decision
+    (``via`` policy, naming the grant) is recorded and the loop runs the tool at once. None: no grant."""
+    grant = matching_grant(run, tool_name)
+    if grant is None:
+        return None
+    with transaction.atomic():
+        decision = Decision.objects.create(
+            run=run,
+            agent_id=run.agent_id,
+            thread_id=run.thread_id,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            args=args,
+            kind=Decision.Kind.APPROVE,
+            via=Decision.Via.POLICY,
+            reason=f"Approved by standing grant {grant.id} ({grant.describe()}).",
+            details={"policy": "grant", "grantId": grant.id, "scope": grant.scope, "scopeId": grant.scope_id},
+        )
+        _record_decided_event(run, decision)
+    return decision
 
 
 def carry_to_inner_run(*, inner_run_id: str, inner_tool_call_id: str, decision: Decision) -> None:
@@ -452,6 +522,7 @@ def _end_waiting_run(run: Run, *, status: str, step_status: str, now: datetime) 
     run.status = status
     setattr(run, f"{status}_at", now)
     run.save(update_fields=["status", f"{status}_at"])
+    events.record(f"run.{status}", agent_id=run.agent_id, run_id=run.id, data=run.to_dict)
     transaction.on_commit(
         lambda: notify_approvals("removed", runId=run.id, agentId=run.agent_id, threadId=run.thread_id)
     )
@@ -475,3 +546,23 @@ def cancel_run(*, run_id: str, agent_id: str | None = None) -> Run:
             raise AgentRunError("RUN_NOT_SUSPENDED", f"Run {run_id} has already finished ({run.status}).")
         _end_waiting_run(run, status=Run.Status.CANCELLED, step_status=RunStep.Status.CANCELLED, now=timezone.now())
     return run
+
+
+def cancel_on_timeout(*, run_id: str, tool_call_id: str, reason: str, details: dict) -> bool:
+    """``on_timeout="cancel_run"``: the call nobody approved in time ends its run, cancelled. Every
+    open call gets an ``expire`` decision ``via`` policy (naming the policy); a sub-agent's run takes
+    the supervisor's runs waiting on it along. False if the call no longer waits."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        waiting = SuspendedToolCall.objects.filter(run_id=run_id, status=SuspendedToolCall.Status.OPEN)
+        if run is None or run.status != Run.Status.SUSPENDED or not waiting.filter(tool_call_id=tool_call_id).exists():
+            return False
+        now = timezone.now()
+        while run is not None and not run.is_final:
+            for call in SuspendedToolCall.objects.filter(run=run, status=SuspendedToolCall.Status.OPEN):
+                _create_decision(
+                    run, call, kind=Decision.Kind.EXPIRE, via=Decision.Via.POLICY, reason=reason, details=details
+                )
+            _end_waiting_run(run, status=Run.Status.CANCELLED, step_status=RunStep.Status.CANCELLED, now=now)
+            run = Run.objects.select_for_update().filter(pk=run.parent_run_id).first() if run.parent_run_id else None
+    return True

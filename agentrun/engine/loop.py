@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from agentrun.engine import background, store
-from agentrun.engine.decisions import carry_to_inner_run
+from agentrun.engine.decisions import approve_by_grant, carry_to_inner_run
 from agentrun.engine.inputs import decode_model_args
 from agentrun.engine.lease import DATABASE_UNAVAILABLE, RunLease
 from agentrun.engine.providers import ModelError, ModelFinish, ModelToolCall, TextDelta, usage_dict
@@ -260,24 +260,30 @@ class Segment:
                 await self._record(run, step_id, payload_call, call.args, outcome)
                 continue
             ctx = self._context(run, call.id)
+            granted = False
             if force_approval or await tool.needs_approval(ctx, args):
-                opens.append(
-                    {
-                        "tool_call_id": call.id,
-                        "tool_name": call.name,
-                        "args": args,
-                        "requires_approval": True,
-                        "risk": tool.call_risk(requires_approval=True),
-                        "resume_schema": tool.resume_schema,
-                        "position": position,
-                    }
-                )
-                continue
+                # A standing grant approves it here and now (a decision via "policy"); else it waits.
+                granted = await db(approve_by_grant)(run, tool_call_id=call.id, tool_name=call.name, args=args)
+                if not granted:
+                    policy = tool.timeout_policy
+                    opens.append(
+                        {
+                            "tool_call_id": call.id,
+                            "tool_name": call.name,
+                            "args": args,
+                            "requires_approval": True,
+                            "risk": tool.call_risk(requires_approval=True),
+                            "resume_schema": tool.resume_schema,
+                            "position": position,
+                            **(policy.deadlines(timezone.now()) if policy else {}),
+                        }
+                    )
+                    continue
             outcome = await self._execute(tool, args, ctx)
             if outcome.status == "suspended":
                 opens.append(
                     dict(
-                        {"risk": tool.call_risk(requires_approval=False)},
+                        {"risk": tool.call_risk(requires_approval=False), "suspension": 1 if granted else 0},
                         **(outcome.open_call or {}),
                         tool_call_id=call.id,
                         tool_name=call.name,

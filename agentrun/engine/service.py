@@ -1,5 +1,6 @@
 """The one decision service. Every door — the Python API, REST (native and Mastra-compatible), the
-``ws/agents`` socket, the dashboard, the admin, signed links — decides through ``decide_tool_calls``.
+``ws/agents`` socket, the dashboard, the admin, signed links, timeout policies — decides through
+``decide_tool_calls``.
 
 In one transaction it records the decisions (``decisions.record_decisions``: the run row locked, the
 state re-checked, exactly once) and enqueues the run's continuation (``dispatch``), so neither exists
@@ -31,10 +32,12 @@ def decide_tool_calls(
     via: str = Decision.Via.PYTHON,
     batch: bool = True,
     on_recorded: Callable[[DecisionOutcome], None] | None = None,
+    details: dict | None = None,
 ) -> DecisionOutcome:
     """Decide open calls of one run, all or nothing, and queue the run's continuation.
 
     ``decided_by``: a user (their permissions are checked), a name or None (trusted server code).
+    ``details``: what made an automatic decision (``via`` policy), kept on the decision.
     ``on_recorded`` runs inside the transaction (REST keeps its Idempotency-Key answer there).
     Raises the contract's ``AgentRunError`` having changed nothing; in a batch its ``details.index``
     names the decision that failed.
@@ -43,7 +46,13 @@ def decide_tool_calls(
     expire_run_if_due(run_id)
     with transaction.atomic():
         outcome = record_decisions(
-            agent_id=agent_id, run_id=run_id, requests=requests, decided_by=decided_by, via=via, batch=batch
+            agent_id=agent_id,
+            run_id=run_id,
+            requests=requests,
+            decided_by=decided_by,
+            via=via,
+            batch=batch,
+            details=details,
         )
         dispatch.enqueue_continuation(outcome.continue_agent_id, outcome.continue_run_id)
         if on_recorded is not None:
@@ -64,6 +73,7 @@ def decide_tool_call(
     decided_by: Any = None,
     via: str = Decision.Via.PYTHON,
     on_recorded: Callable[[DecisionOutcome], None] | None = None,
+    details: dict | None = None,
 ) -> DecisionOutcome:
     """One decision: ``decide_tool_calls`` with one request (its errors carry no index)."""
     request = DecisionRequest(
@@ -82,4 +92,5 @@ def decide_tool_call(
         via=via,
         batch=False,
         on_recorded=on_recorded,
+        details=details,
     )

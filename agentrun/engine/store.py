@@ -2,7 +2,8 @@
 
 The loop (``engine/loop.py``) is async; these functions are sync and run through ``sync_to_async``.
 Only the holder of a run's lease calls the writers below (except the lease functions themselves),
-so chunk sequence numbers and step details have a single writer at a time.
+so chunk sequence numbers and step details have a single writer at a time. A write that changes a
+run's state records its outbox event (``agentrun.events``) in the same transaction.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from django.db import transaction
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
+from agentrun import events
 from agentrun.engine.providers import usage_dict
 from agentrun.fanout import notify_approvals
 from agentrun.ids import new_id
 from agentrun.models import BackgroundTask, Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
+from agentrun.selectors import SuspendedRun, SuspendedRunToolCall
 
 
 def lease_ttl() -> timedelta:
@@ -286,9 +289,13 @@ def record_model_failure(run: Run, log: ChunkLog, *, code: str, message: str, st
 def fail_run_sync(run: Run, error: dict) -> None:
     now = timezone.now()
     with transaction.atomic():
-        Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL_STATUSES).update(
-            status=Run.Status.FAILED, failed_at=now, last_error=error
+        failed = (
+            Run.objects.filter(pk=run.pk)
+            .exclude(status__in=Run.FINAL_STATUSES)
+            .update(status=Run.Status.FAILED, failed_at=now, last_error=error)
         )
+        if failed:
+            _record_final_event(events.RUN_FAILED, run.pk, run.agent_id)
         RunStep.objects.filter(run=run, status=RunStep.Status.IN_PROGRESS).update(
             status=RunStep.Status.FAILED, failed_at=now, last_error=error
         )
@@ -304,19 +311,30 @@ def complete_run(run: Run, log: ChunkLog) -> None:
         log.flush_sync()
         if run.options.get("until_idle") and background_work_left(run.pk):
             return
-        Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL_STATUSES).update(
-            status=Run.Status.COMPLETED, completed_at=timezone.now()
+        completed = (
+            Run.objects.filter(pk=run.pk)
+            .exclude(status__in=Run.FINAL_STATUSES)
+            .update(status=Run.Status.COMPLETED, completed_at=timezone.now())
         )
         Snapshot.objects.filter(run=run).delete()
+        if completed:
+            _record_final_event(events.RUN_COMPLETED, run.pk, run.agent_id)
     run.status = Run.Status.COMPLETED
 
 
-def finish_idle_run(run_id: str) -> None:
+def finish_idle_run(run_id: str, agent_id: str) -> None:
     """An until_idle stream closed: the run it kept open completes."""
     with transaction.atomic():
-        Run.objects.filter(pk=run_id, status=Run.Status.IN_PROGRESS).update(
+        completed = Run.objects.filter(pk=run_id, status=Run.Status.IN_PROGRESS).update(
             status=Run.Status.COMPLETED, completed_at=timezone.now()
         )
+        if completed:
+            _record_final_event(events.RUN_COMPLETED, run_id, agent_id)
+
+
+def _record_final_event(type_: str, run_id: str, agent_id: str) -> None:
+    """run.completed / run.failed, with the run object as it is now (in the caller's transaction)."""
+    events.record(type_, agent_id=agent_id, run_id=run_id, data=lambda: Run.objects.get(pk=run_id).to_dict())
 
 
 def record_tool_result(run: Run, step_id: str, log: ChunkLog, *, call: dict, output: str, status: str) -> None:
@@ -378,9 +396,18 @@ def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict
                 "inner_agent_id": call.get("inner_agent_id"),
                 "inner_run_id": call.get("inner_run_id"),
                 "inner_tool_call_id": call.get("inner_tool_call_id"),
+                # A timeout policy's deadlines (approval calls of a tool with approval_timeout).
+                "timeout_at": call.get("timeout_at"),
+                "warn_at": call.get("warn_at"),
+                "on_timeout": call.get("on_timeout"),
             }
             if existing is None:
-                SuspendedToolCall.objects.create(run=run, tool_call_id=call["tool_call_id"], **fields)
+                # A call a standing grant approved that then suspends: its first suspension is 1
+                # (suspension 0 is the grant's decision).
+                suspension = call.get("suspension", 0)
+                SuspendedToolCall.objects.create(
+                    run=run, tool_call_id=call["tool_call_id"], suspension=suspension, **fields
+                )
             else:  # a resumed tool suspended again: a new suspension of the same call
                 for key, value in fields.items():
                     setattr(existing, key, value)
@@ -399,6 +426,9 @@ def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict
             },
         )
         Run.objects.filter(pk=run.pk).update(status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at)
+        events.record(
+            events.RUN_SUSPENDED, agent_id=run.agent_id, run_id=run.id, data=lambda: suspended_run(run, now).to_dict()
+        )
         transaction.on_commit(
             lambda: notify_approvals(
                 "suspended",
@@ -409,6 +439,20 @@ def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict
             )
         )
     run.status = Run.Status.SUSPENDED
+
+
+def suspended_run(run: Run, suspended_at: Any) -> SuspendedRun:
+    """The run as the listing shows it (CONTRACT §4 ``AgentRun``), with the calls open now."""
+    calls = SuspendedToolCall.objects.filter(run_id=run.pk, status=SuspendedToolCall.Status.OPEN)
+    return SuspendedRun(
+        run_id=run.pk,
+        agent_id=run.agent_id,
+        thread_id=run.thread_id,
+        resource_id=run.resource_id,
+        created_at=run.created_at,
+        suspended_at=suspended_at,
+        tool_calls=[SuspendedRunToolCall.from_row(c) for c in calls.order_by("position", "id")],
+    )
 
 
 def first_open_call(run_id: str) -> SuspendedToolCall | None:

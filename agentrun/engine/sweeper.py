@@ -1,6 +1,6 @@
-"""The periodic sweep: expire runs past their TTL, take over runs whose driver died, recover and
-dispatch background tasks. Runs in every worker (``manage.py agentrun_worker``) and, on the embedded
-default, inside the server process."""
+"""The periodic sweep: expire runs past their TTL, apply timeout policies, take over runs whose driver
+died, recover and dispatch background tasks, hand undelivered events to their listeners. Runs in every
+worker (``manage.py agentrun_worker``) and, on the embedded default, inside the server process."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun import health
-from agentrun.engine import background, store
+from agentrun import events, health
+from agentrun.engine import background, store, timeouts
 from agentrun.engine.decisions import expire_due_runs
 from agentrun.engine.dispatch import continue_run
+from agentrun.engine.runtime import db
 from agentrun.models import Run, SuspendedToolCall
 
 logger = logging.getLogger("agentrun.sweeper")
@@ -44,6 +45,8 @@ async def sweep_once() -> dict:
     # would fail on it ("the connection is closed") and stalled runs would never be continued.
     await sync_to_async(store.recover_connection)()
     expired = await sync_to_async(expire_due_runs)()
+    # After expiry (the agent's TTL is the outer bound); db(): a decided call's continuation runs here.
+    timed = await db(timeouts.sweep)()
     stalled = await sync_to_async(stalled_runs)()
     dispatched_runs = 0
     for agent_id, run_id in stalled:
@@ -56,8 +59,15 @@ async def sweep_once() -> dict:
         dispatched_runs += 1
     recovered = await sync_to_async(background.recover_abandoned)()
     dispatched = await background.dispatch_pending()
+    await sync_to_async(events.sweep)()  # webhooks and email: hands work to their own threads
     await sync_to_async(health.record_heartbeat)()  # /healthz: this process sweeps
-    return {"expired": expired, "stalled": dispatched_runs, "recovered": recovered, "dispatched": dispatched}
+    return {
+        "expired": expired,
+        **timed,
+        "stalled": dispatched_runs,
+        "recovered": recovered,
+        "dispatched": dispatched,
+    }
 
 
 async def run_forever(interval: float | None = None) -> None:

@@ -1,4 +1,4 @@
-"""``@tool``: argument schemas from type hints, approval policies, risk, ``suspend()`` and resume data."""
+"""``@tool``: argument schemas from type hints, approval and timeout policies, risk, ``suspend()`` and resume data."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import jsonschema
@@ -17,6 +18,62 @@ from agentrun.errors import AgentRunError
 
 ApprovalPolicy = bool | Callable[["ToolContext", dict], bool | Awaitable[bool]]
 RISKS = ("low", "medium", "high")
+ON_TIMEOUT = ("decline", "approve", "cancel_run", "escalate")
+# Without ``timeout_warning``, approval.timeout_warning goes out when this share of the timeout is left.
+DEFAULT_WARNING_SHARE = 0.2
+
+
+def _seconds(value: float | timedelta | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds or a timedelta, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class TimeoutPolicy:
+    """What happens to a call nobody approves in time (``@tool(approval_timeout=…, on_timeout=…)``)."""
+
+    timeout: float  # seconds from the moment the call starts waiting
+    on_timeout: str  # decline | approve | cancel_run | escalate
+    warning: float  # seconds before the deadline: approval.timeout_warning
+    escalate_to: tuple[str, ...] = ()  # groups told when on_timeout is "escalate"
+
+    @classmethod
+    def build(
+        cls,
+        approval_timeout: float | timedelta | None,
+        on_timeout: str | None,
+        timeout_warning: float | timedelta | None,
+        escalate_to: str | list[str] | tuple[str, ...] | None,
+    ) -> TimeoutPolicy | None:
+        timeout = _seconds(approval_timeout, "approval_timeout")
+        if timeout is None:
+            if on_timeout is not None or timeout_warning is not None or escalate_to is not None:
+                raise ValueError("on_timeout, timeout_warning and escalate_to need an approval_timeout")
+            return None
+        on_timeout = on_timeout or "decline"
+        if on_timeout not in ON_TIMEOUT:
+            raise ValueError(f"on_timeout must be one of {', '.join(ON_TIMEOUT)}, not {on_timeout!r}")
+        groups = (escalate_to,) if isinstance(escalate_to, str) else tuple(escalate_to or ())
+        if (on_timeout == "escalate") != bool(groups) or not all(isinstance(g, str) and g for g in groups):
+            raise ValueError('on_timeout="escalate" needs escalate_to (group names), and only it takes them')
+        warning = _seconds(timeout_warning, "timeout_warning") or timeout * DEFAULT_WARNING_SHARE
+        if warning >= timeout:
+            raise ValueError("timeout_warning must be shorter than approval_timeout")
+        return cls(timeout=timeout, on_timeout=on_timeout, warning=warning, escalate_to=groups)
+
+    def deadlines(self, now: datetime) -> dict:
+        """The columns of a call that starts waiting ``now`` (``SuspendedToolCall``)."""
+        timeout_at = now + timedelta(seconds=self.timeout)
+        return {
+            "timeout_at": timeout_at,
+            "warn_at": timeout_at - timedelta(seconds=self.warning),
+            "on_timeout": self.on_timeout,
+        }
 
 
 class ToolSuspended(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -72,6 +129,10 @@ class Tool:
         background: bool | dict = False,
         risk: str | None = None,
         args_model: type[pydantic.BaseModel] | None = None,
+        approval_timeout: float | timedelta | None = None,
+        on_timeout: str | None = None,
+        timeout_warning: float | timedelta | None = None,
+        escalate_to: str | list[str] | None = None,
     ) -> None:
         self.id = id
         self.fn = fn
@@ -84,6 +145,9 @@ class Tool:
         self.explicit_risk = risk
         self.risk = risk or ("medium" if requires_approval else "low")
         self.background = {} if background is True else (dict(background) if background else None)
+        # What happens when nobody decides in time (agentrun.engine.timeouts); None: the call waits
+        # until someone decides or the agent's suspended_run_ttl expires the run.
+        self.timeout_policy = TimeoutPolicy.build(approval_timeout, on_timeout, timeout_warning, escalate_to)
         self._ctx_param: str | None = None
         self.args_model = args_model or self._args_model_from_hints()
         self._resume_model: type[pydantic.BaseModel] | None = None
@@ -221,8 +285,18 @@ def tool(
     resume_schema: type[pydantic.BaseModel] | dict | None = None,
     background: bool | dict = False,
     risk: str | None = None,
+    approval_timeout: float | timedelta | None = None,
+    on_timeout: str | None = None,
+    timeout_warning: float | timedelta | None = None,
+    escalate_to: str | list[str] | None = None,
 ) -> Any:
-    """Declare a tool: ``@tool(id="send-email", requires_approval=True, risk="high")`` on an async function."""
+    """Declare a tool: ``@tool(id="send-email", requires_approval=True, risk="high")`` on an async function.
+
+    ``approval_timeout`` (seconds or a timedelta): a call waiting for approval that long gets
+    ``on_timeout`` — ``"decline"`` (the default), ``"approve"``, ``"cancel_run"`` or ``"escalate"``
+    (the ``escalate_to`` groups are told; the call waits on). ``timeout_warning`` before the deadline
+    (default a fifth of the timeout) the ``approval.timeout_warning`` event goes out.
+    """
 
     def wrap(f: Callable) -> Tool:
         return Tool(
@@ -233,6 +307,10 @@ def tool(
             resume_schema=resume_schema,
             background=background,
             risk=risk,
+            approval_timeout=approval_timeout,
+            on_timeout=on_timeout,
+            timeout_warning=timeout_warning,
+            escalate_to=escalate_to,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -44,6 +44,12 @@ CONTRACT_PATHS = {
     ("/api/decisions", "get"),
     ("/api/background-tasks", "get"),
     ("/api/background-tasks/{taskId}/cancel", "post"),
+    ("/api/webhook-endpoints/", "get"),
+    ("/api/webhook-endpoints/", "post"),
+    ("/api/webhook-endpoints/{id}", "get"),
+    ("/api/webhook-endpoints/{id}", "patch"),
+    ("/api/webhook-endpoints/{id}", "delete"),
+    ("/api/webhook-endpoints/{id}/deliveries", "get"),
 }
 
 

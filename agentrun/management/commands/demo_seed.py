@@ -35,7 +35,9 @@ class Command(BaseCommand):
 
     def _account(self, username: str, group_name: str, env: str) -> None:
         user_model = get_user_model()
-        user, created = user_model.objects.get_or_create(username=username, defaults={"is_staff": True})
+        # An address, so that the console shows the email (with its decision links) reviewers get.
+        defaults = {"is_staff": True, "email": f"{username}@example.com"}
+        user, created = user_model.objects.get_or_create(username=username, defaults=defaults)
         password = os.environ.get(env)
         if created or password:
             password = password or secrets.token_urlsafe(12)

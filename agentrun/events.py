@@ -1,0 +1,93 @@
+"""The outbox: what happens to runs, told to listeners outside the engine (webhooks, email) without the
+engine importing them.
+
+The engine calls ``record`` inside the transaction of each state change — a run suspended, a tool
+call decided, a run expired / completed / failed / cancelled, a timeout warning, an escalation — so an
+event row exists exactly when its change does. After the commit every listener hears of it
+(``Listener.recorded``) and hands it to its own delivery, which never runs in the engine's
+transactions or its loop. Every sweep calls ``Listener.sweep``: what a process that died between the
+commit and the hand-over left behind is taken then (at least once).
+
+Nothing listens, nothing is written: each listener's ``wants`` (an in-memory check) is asked first,
+so a deployment without webhook endpoints or email recipients pays no write for its runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from django.db import transaction
+
+from agentrun.models import OutboxEvent
+
+logger = logging.getLogger("agentrun.events")
+
+RUN_SUSPENDED = "run.suspended"
+TOOLCALL_DECIDED = "toolcall.decided"
+RUN_EXPIRED = "run.expired"
+RUN_COMPLETED = "run.completed"
+RUN_FAILED = "run.failed"
+RUN_CANCELLED = "run.cancelled"
+TIMEOUT_WARNING = "approval.timeout_warning"
+ESCALATED = "approval.escalated"
+
+# CONTRACT §8's event types, then ``approval.escalated`` (a timeout policy handed a call to another group).
+EVENT_TYPES = (
+    RUN_SUSPENDED,
+    TOOLCALL_DECIDED,
+    RUN_EXPIRED,
+    RUN_COMPLETED,
+    RUN_FAILED,
+    RUN_CANCELLED,
+    TIMEOUT_WARNING,
+    ESCALATED,
+)
+
+
+class Listener(Protocol):
+    def wants(self, type_: str, agent_id: str) -> bool:
+        """Whether an event of this type about this agent's run is of use (cheap: no query per call)."""
+
+    def recorded(self, event_id: str) -> None:
+        """After the commit: take the event (quickly; never block the caller)."""
+
+    def sweep(self) -> None:
+        """Periodically: take what was left behind, retry what is due."""
+
+
+_listeners: list[Listener] = []
+
+
+def add_listener(listener: Listener) -> None:
+    """Register a listener (an app's ``AppConfig.ready``); the same object twice counts once."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def record(type_: str, *, agent_id: str, run_id: str, data: Callable[[], dict]) -> None:
+    """Record an event in the caller's transaction, if a listener wants it. ``data`` builds the body's
+    ``data`` (a REST shape) only then."""
+    if type_ not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {type_!r}")
+    if not any(listener.wants(type_, agent_id) for listener in _listeners):
+        return
+    event = OutboxEvent.objects.create(type=type_, agent_id=agent_id, run_id=run_id, data=data())
+    transaction.on_commit(lambda: _hand_over(event.id))
+
+
+def _hand_over(event_id: str) -> None:
+    for listener in _listeners:
+        try:
+            listener.recorded(event_id)
+        except Exception:  # the state change is committed; the sweep hands the event over later
+            logger.exception("listener %r could not take event %s", listener, event_id)
+
+
+def sweep() -> None:
+    for listener in _listeners:
+        try:
+            listener.sweep()
+        except Exception:
+            logger.exception("listener %r failed to sweep", listener)

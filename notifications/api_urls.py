@@ -1,0 +1,14 @@
+"""REST routes of the webhook endpoints (CONTRACT §8), mounted under /api/ before the engine's API
+(whose last route answers any other /api/ path with 404)."""
+
+from __future__ import annotations
+
+from agentrun.api.urls import both
+from notifications import api
+
+app_name = "notifications-api"
+urlpatterns = [
+    *both("webhook-endpoints/", api.EndpointListView.as_view(), "webhook-endpoints"),
+    *both("webhook-endpoints/<str:id>", api.EndpointDetailView.as_view(), "webhook-endpoint"),
+    *both("webhook-endpoints/<str:id>/deliveries", api.DeliveryListView.as_view(), "webhook-endpoint-deliveries"),
+]

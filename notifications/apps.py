@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.db.models.signals import post_delete, post_save
+
+
+class NotificationsConfig(AppConfig):
+    """Webhooks, email to reviewers, signed decision links, standing grants' pages (issue 14)."""
+
+    name = "notifications"
+    verbose_name = "Notifications"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from agentrun import events
+        from notifications.delivery import notifier
+        from notifications.models import NotificationPreference, WebhookEndpoint
+
+        events.add_listener(notifier)
+        # Who subscribes changed in this process: the listener's view is read again at once.
+        for model in (WebhookEndpoint, NotificationPreference, settings.AUTH_USER_MODEL):
+            for signal in (post_save, post_delete):
+                signal.connect(notifier.invalidate, sender=model, dispatch_uid=f"notifications.invalidate.{model}")

@@ -1,0 +1,304 @@
+"""The events listener: turns outbox events into webhook deliveries and email notices, and sends them.
+
+Nothing here runs in the engine's transactions, its loop or the task queue's workers: after an event
+commits, ``Notifier.recorded`` hands it to a small pool of threads of this process
+(``AGENTRUN_NOTIFY_THREADS``) and returns. There each event is *taken* once (one transaction writes
+its deliveries and notices and marks it handled), then each delivery is attempted: a POST signed the
+Standard Webhooks way, given up after ``AGENTRUN_WEBHOOK_TIMEOUT_SECONDS``. A 2xx answer delivers it;
+anything else schedules the next attempt ``AGENTRUN_WEBHOOK_RETRY_SECONDS × 2^(attempts-1)`` later
+(at most an hour), until ``AGENTRUN_WEBHOOK_MAX_ATTEMPTS`` attempts failed. A receiver that hangs
+holds one of these threads, never a decision, a run or a worker.
+
+At least once: every sweep (each worker; the embedded server) takes events left untaken (a process
+died between the commit and the hand-over) and hands due deliveries and notices to the pool. A
+process claims a delivery by pushing its ``next_attempt_at`` past the attempt's timeout in a
+conditional update, so two sweepers do not send it at once; receivers deduplicate on ``webhook-id``
+(the event id) all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
+from http.client import HTTPException
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connections, transaction
+from django.utils import timezone
+
+from agentrun.models import OutboxEvent
+from notifications import emails, payloads, signatures
+from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
+
+logger = logging.getLogger("agentrun.notifications")
+
+MAX_BACKOFF_SECONDS = 3600.0
+# An event younger than this is left to the process that recorded it (it hands events over at once).
+UNTAKEN_GRACE = timedelta(seconds=2)
+CLAIM_MARGIN_SECONDS = 30.0  # a claimed delivery is attempted again only after its timeout and this
+SWEEP_BATCH = 200
+USER_AGENT = "agentrun-webhooks/1"
+
+
+def backoff(attempts: int) -> timedelta:
+    """How long after its ``attempts``-th failed attempt a delivery is attempted again."""
+    seconds = settings.AGENTRUN_WEBHOOK_RETRY_SECONDS * 2 ** max(attempts - 1, 0)
+    return timedelta(seconds=min(seconds, MAX_BACKOFF_SECONDS))
+
+
+def _claim_until() -> Any:
+    return timezone.now() + timedelta(seconds=settings.AGENTRUN_WEBHOOK_TIMEOUT_SECONDS + CLAIM_MARGIN_SECONDS)
+
+
+# --- the pool -----------------------------------------------------------------------------------
+class Pool:
+    """This process's notification threads. A job is keyed: the same key is queued once at a time."""
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._queued: dict[str, Future] = {}
+
+    def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            if key in self._queued:
+                return
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    settings.AGENTRUN_NOTIFY_THREADS, thread_name_prefix="agentrun-notify"
+                )
+            self._queued[key] = self._executor.submit(self._job, key, fn, *args)
+
+    def _job(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            logger.exception("notification job %s failed", key)
+        finally:
+            connections.close_all()  # this thread's connections: the job may be the last for a while
+            with self._lock:
+                self._queued.pop(key, None)
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Until no job is queued or running (tests; a clean shutdown)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                futures = list(self._queued.values())
+            if not futures:
+                return
+            for future in futures:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+
+
+pool = Pool()
+
+
+# --- taking an event ------------------------------------------------------------------------------
+def take_event(event_id: str) -> bool:
+    """Write the event's deliveries and notices and mark it handled, once (False: taken already)."""
+    now = timezone.now()
+    with transaction.atomic():
+        event = OutboxEvent.objects.select_for_update().filter(pk=event_id, handled_at__isnull=True).first()
+        if event is None:
+            return False
+        endpoints = [e for e in WebhookEndpoint.objects.filter(active=True) if e.subscribes(event.type, event.agent_id)]
+        WebhookDelivery.objects.bulk_create(
+            [WebhookDelivery(endpoint=e, event=event, next_attempt_at=now) for e in endpoints], ignore_conflicts=True
+        )
+        emails.create_notices(event)
+        event.handled_at = now
+        event.save(update_fields=["handled_at"])
+    return True
+
+
+def handle_event(event_id: str) -> None:
+    """A job: take the event, then hand what it owes to the pool at once, one job each (an endpoint
+    that hangs holds its own job, not the others')."""
+    if not take_event(event_id):
+        return
+    for delivery_id in WebhookDelivery.objects.filter(event_id=event_id).values_list("id", flat=True):
+        pool.submit(f"delivery:{delivery_id}", attempt_delivery, delivery_id)
+    notices = EmailNotice.objects.filter(event_id=event_id, digest=False, sent_at__isnull=True)
+    for notice_id in notices.values_list("id", flat=True):
+        pool.submit(f"notice:{notice_id}", send_notice, notice_id)
+
+
+# --- webhooks -----------------------------------------------------------------------------------
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a 3xx is an answer like any other non-2xx: the attempt failed
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str | None]:
+    """POST ``body``; (status, None) on any HTTP answer with a 2xx, else (status or None, what went wrong)."""
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with _opener.open(request, timeout=settings.AGENTRUN_WEBHOOK_TIMEOUT_SECONDS) as response:
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code, f"HTTP {exc.code}"
+    except (urllib.error.URLError, HTTPException, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        return None, f"{type(exc).__name__}: {reason}"[:1000]
+    return status, None if 200 <= status < 300 else f"HTTP {status}"
+
+
+def attempt_delivery(delivery_id: str) -> bool:
+    """One attempt at a due delivery, if this process claims it. True once delivered."""
+    claimed = WebhookDelivery.objects.filter(
+        pk=delivery_id, status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=timezone.now()
+    ).update(next_attempt_at=_claim_until())
+    if not claimed:
+        return False
+    delivery = WebhookDelivery.objects.select_related("endpoint", "event").get(pk=delivery_id)
+    endpoint, event = delivery.endpoint, delivery.event
+    body = payloads.body(endpoint, event)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        **signatures.headers(endpoint.secret, event.id, body),
+    }
+    status, error = post(endpoint.url, body, headers)
+    now = timezone.now()
+    delivery.attempts += 1
+    delivery.response_status = status
+    delivery.last_error = error
+    delivery.last_attempt_at = now
+    if error is None:
+        delivery.status = WebhookDelivery.Status.DELIVERED
+        delivery.delivered_at = now
+        delivery.next_attempt_at = None
+    elif delivery.attempts >= settings.AGENTRUN_WEBHOOK_MAX_ATTEMPTS:
+        delivery.status = WebhookDelivery.Status.FAILED
+        delivery.next_attempt_at = None
+    else:
+        delivery.next_attempt_at = now + backoff(delivery.attempts)
+    delivery.save()
+    if error is not None:
+        logger.info("webhook %s to %s failed (attempt %d): %s", event.id, endpoint.url, delivery.attempts, error)
+    return error is None
+
+
+def resend(delivery_ids: list[str]) -> int:
+    """Attempt these deliveries again now, whatever their state (the admin's "resend")."""
+    count = WebhookDelivery.objects.filter(pk__in=delivery_ids).update(
+        status=WebhookDelivery.Status.PENDING, next_attempt_at=timezone.now()
+    )
+    for delivery_id in delivery_ids:
+        pool.submit(f"delivery:{delivery_id}", attempt_delivery, delivery_id)
+    return count
+
+
+# --- email --------------------------------------------------------------------------------------
+def send_notice(notice_id: int) -> None:
+    """Send one immediate notice, if this process claims it."""
+    now = timezone.now()
+    claimed = EmailNotice.objects.filter(
+        pk=notice_id, digest=False, sent_at__isnull=True, next_attempt_at__lte=now
+    ).update(next_attempt_at=_claim_until())
+    if claimed:
+        notice = EmailNotice.objects.select_related("user", "event").get(pk=notice_id)
+        _send(notice.user, [notice])
+
+
+def send_digest(user_id: int) -> None:
+    """Send a reviewer's digest: every digest notice they are owed, if the first is due."""
+    with transaction.atomic():
+        notices = list(
+            EmailNotice.objects.select_for_update()
+            .filter(user_id=user_id, digest=True, sent_at__isnull=True)
+            .select_related("event")
+            .order_by("created_at", "id")
+        )
+        if not notices or min(n.next_attempt_at for n in notices) > timezone.now():
+            return
+        EmailNotice.objects.filter(pk__in=[n.pk for n in notices]).update(next_attempt_at=_claim_until())
+    _send(get_user_model().objects.get(pk=user_id), notices)
+
+
+def _send(user: Any, notices: list[EmailNotice]) -> None:
+    ids = [n.pk for n in notices]
+    try:
+        email = emails.message(user, notices)
+        if email is not None:
+            emails.send(email)
+    except Exception as exc:
+        attempts = max(n.attempts for n in notices) + 1
+        logger.warning("email to %s failed (attempt %d): %s", user, attempts, exc)
+        done = attempts >= settings.AGENTRUN_WEBHOOK_MAX_ATTEMPTS
+        EmailNotice.objects.filter(pk__in=ids).update(
+            attempts=attempts,
+            last_error=f"{type(exc).__name__}: {exc}"[:1000],
+            next_attempt_at=timezone.now() + backoff(attempts),
+            sent_at=timezone.now() if done else None,  # given up: not sent, but no longer owed
+        )
+        return
+    EmailNotice.objects.filter(pk__in=ids).update(sent_at=timezone.now())
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+def sweep() -> None:
+    """Take events left untaken; hand due deliveries, notices and digests to the pool."""
+    now = timezone.now()
+    untaken = OutboxEvent.objects.filter(handled_at__isnull=True, created_at__lt=now - UNTAKEN_GRACE)
+    untaken = untaken.order_by("created_at")
+    for event_id in untaken.values_list("id", flat=True)[:SWEEP_BATCH]:
+        pool.submit(f"event:{event_id}", handle_event, event_id)
+    due = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now)
+    for delivery_id in due.order_by("next_attempt_at").values_list("id", flat=True)[:SWEEP_BATCH]:
+        pool.submit(f"delivery:{delivery_id}", attempt_delivery, delivery_id)
+    notices = EmailNotice.objects.filter(sent_at__isnull=True, next_attempt_at__lte=now).order_by("next_attempt_at")
+    for notice_id, user_id, digest in notices.values_list("id", "user_id", "digest")[:SWEEP_BATCH]:
+        if digest:
+            pool.submit(f"digest:{user_id}", send_digest, user_id)
+        else:
+            pool.submit(f"notice:{notice_id}", send_notice, notice_id)
+
+
+# --- the listener -------------------------------------------------------------------------------
+class Notifier:
+    """``agentrun.events``'s listener (registered by ``NotificationsConfig.ready``).
+
+    ``wants`` answers from an in-memory view of who subscribes (active endpoints; whether anyone may
+    get email), read again every ``AGENTRUN_EVENTS_REFRESH_SECONDS`` and at once after a change made
+    in this process (signals): a state change nobody subscribes to writes no event.
+    """
+
+    def __init__(self) -> None:
+        self._view: tuple[list[WebhookEndpoint], bool] | None = None
+        self._read_at = 0.0
+
+    def invalidate(self, **_: Any) -> None:
+        self._view = None
+
+    def _current(self) -> tuple[list[WebhookEndpoint], bool]:
+        view = self._view
+        if view is None or time.monotonic() - self._read_at > settings.AGENTRUN_EVENTS_REFRESH_SECONDS:
+            view = (list(WebhookEndpoint.objects.filter(active=True)), emails.email_possible())
+            self._view, self._read_at = view, time.monotonic()
+        return view
+
+    def wants(self, type_: str, agent_id: str) -> bool:
+        endpoints, email = self._current()
+        return (email and type_ in emails.EMAIL_EVENTS) or any(e.subscribes(type_, agent_id) for e in endpoints)
+
+    def recorded(self, event_id: str) -> None:
+        pool.submit(f"event:{event_id}", handle_event, event_id)
+
+    def sweep(self) -> None:
+        sweep()
+
+
+notifier = Notifier()

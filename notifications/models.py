@@ -1,0 +1,192 @@
+"""Webhook endpoints and their deliveries, reviewers' email preferences and notices, signed decision links.
+
+Events themselves are ``agentrun.models.OutboxEvent`` rows the engine writes; this app turns each into
+deliveries (one per subscribed endpoint) and notices (one per reviewer to email), then sends them.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import URLValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from agentrun.ids import new_id
+from agentrun.models import Decision, OutboxEvent
+from agentrun.timeutil import iso
+
+
+def _endpoint_id() -> str:
+    return new_id("whep")
+
+
+def _delivery_id() -> str:
+    return new_id("whd")
+
+
+def _link_id() -> str:
+    return new_id("lnk")
+
+
+class WebhookEndpoint(models.Model):
+    """Where events are POSTed, signed with ``secret`` (Standard Webhooks)."""
+
+    class Format(models.TextChoices):
+        STANDARD = "standard"  # {id, type, createdAt, data}
+        SLACK = "slack"  # a Slack incoming-webhook message: the summary and a link
+
+    id = models.CharField(primary_key=True, max_length=40, default=_endpoint_id, editable=False)
+    url = models.URLField(max_length=2000, validators=[URLValidator(schemes=["http", "https"])])
+    secret = models.CharField(max_length=255)
+    events = models.JSONField(default=list, blank=True)  # event types; empty: all
+    agents = models.JSONField(default=list, blank=True)  # agent ids; empty: all
+    active = models.BooleanField(default=True)
+    format = models.CharField(max_length=16, choices=Format.choices, default=Format.STANDARD)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.id} → {self.url}"
+
+    def subscribes(self, type_: str, agent_id: str) -> bool:
+        return (
+            self.active and (not self.events or type_ in self.events) and (not self.agents or agent_id in self.agents)
+        )
+
+    def to_dict(self) -> dict:
+        """CONTRACT §8: ``{id, url, secret (write-only), events, agents, active}`` (+ format, createdAt)."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "events": list(self.events),
+            "agents": list(self.agents),
+            "active": self.active,
+            "format": self.format,
+            "createdAt": iso(self.created_at),
+        }
+
+
+class WebhookDelivery(models.Model):
+    """One event to one endpoint: attempted until a 2xx answer, with exponential backoff."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # not delivered yet; attempted at next_attempt_at
+        DELIVERED = "delivered"
+        FAILED = "failed"  # every attempt failed
+
+    id = models.CharField(primary_key=True, max_length=40, default=_delivery_id, editable=False)
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.ForeignKey(OutboxEvent, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    # When the next attempt is due; a process attempting it pushes it past its timeout first (its claim).
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name_plural = "webhook deliveries"
+        constraints = [models.UniqueConstraint(fields=["endpoint", "event"], name="one_delivery_per_endpoint_event")]
+        indexes = [
+            # Serves the sweep's due deliveries (pending, next_attempt_at ≤ now).
+            models.Index(fields=["next_attempt_at"], name="delivery_due", condition=Q(status="pending")),
+            # Serves GET /api/webhook-endpoints/{id}/deliveries (newest first).
+            models.Index(fields=["endpoint", "created_at", "id"], name="delivery_endpoint_timeline"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} → {self.endpoint_id}"
+
+    def to_dict(self) -> dict:
+        """CONTRACT §8: ``{id, eventId, type, status, attempts, responseStatus, nextAttemptAt}`` (+ the rest)."""
+        return {
+            "id": self.id,
+            "eventId": self.event_id,
+            "type": self.event.type,
+            "status": self.status,
+            "attempts": self.attempts,
+            "responseStatus": self.response_status,
+            "nextAttemptAt": iso(self.next_attempt_at) if self.status == self.Status.PENDING else None,
+            "lastAttemptAt": iso(self.last_attempt_at),
+            "lastError": self.last_error,
+            "createdAt": iso(self.created_at),
+        }
+
+
+class NotificationPreference(models.Model):
+    """How a reviewer wants email about calls waiting for them (no row: immediately)."""
+
+    class Email(models.TextChoices):
+        IMMEDIATELY = "immediately", "Immediately, one email per run that waits"
+        DIGEST = "digest", "A digest, at most one email per digest period"
+        OFF = "off", "No email"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="notification_preference"
+    )
+    email = models.CharField(max_length=16, choices=Email.choices, default=Email.IMMEDIATELY)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.email}"
+
+
+class EmailNotice(models.Model):
+    """An email a reviewer is owed about one event: sent at once, or gathered into their digest."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    event = models.ForeignKey(OutboxEvent, on_delete=models.CASCADE, related_name="+")
+    digest = models.BooleanField(default=False)
+    # Due time (a digest's: when the reviewer's next digest goes); pushed forward while a process sends it.
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["user", "event"], name="one_notice_per_user_event")]
+        indexes = [
+            # Serves the sweep's due notices (unsent, next_attempt_at ≤ now).
+            models.Index(fields=["next_attempt_at"], name="notice_due", condition=Q(sent_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} → {self.user_id}"
+
+
+class DecisionLink(models.Model):
+    """A signed decision link: one reviewer, one tool call (one suspension of it), single-use, expiring.
+
+    The URL carries ``django.core.signing`` of this row's id; the row says whether it was used."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_link_id, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    agent_id = models.CharField(max_length=128)
+    run_id = models.CharField(max_length=40)
+    tool_call_id = models.CharField(max_length=128)
+    suspension = models.PositiveIntegerField(default=0)
+    # The arguments the email showed: the decision is refused (ARGS_CHANGED) if they are not the call's.
+    args_fingerprint = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    decision = models.ForeignKey(Decision, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.tool_call_id} for {self.user_id})"
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at <= timezone.now()
