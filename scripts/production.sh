@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Production start: migrate, check, then N daphne web processes and M workers (tasks + the sweep).
+# Production start: migrate, check, then N daphne web processes, M workers (tasks + the sweep) and
+# the notifications workers (webhooks, email).
 #
 #   DATABASE_URL=postgres://… REDIS_URL=redis://… SECRET_KEY=… ALLOWED_HOSTS=agentrun.example.com \
 #   AGENTRUN_HTTPS=1 AGENTRUN_WEB_PROCESSES=2 AGENTRUN_WORKERS=2 scripts/production.sh
@@ -11,6 +12,7 @@ PY=${PYTHON:-.venv/bin/python}
 DAPHNE=${DAPHNE:-.venv/bin/daphne}
 WEB=${AGENTRUN_WEB_PROCESSES:-2}
 WORKERS=${AGENTRUN_WORKERS:-2}
+NOTIFY_WORKERS=${AGENTRUN_NOTIFY_WORKERS:-1}
 PORT=${PORT:-8000}
 BIND=${BIND:-127.0.0.1}
 : "${DATABASE_URL:?set DATABASE_URL (postgres://…)}"
@@ -28,5 +30,9 @@ for i in $(seq 0 $((WEB - 1))); do
 done
 for i in $(seq 1 "$WORKERS"); do
   "$PY" manage.py agentrun_worker --interval 0.2 &
+done
+for i in $(seq 1 "$NOTIFY_WORKERS"); do
+  # Webhooks and email: a queue of their own, so a slow receiver never holds a continuation back.
+  "$PY" manage.py agentrun_worker --queue-name notifications --interval 1 &
 done
 wait -n

@@ -90,9 +90,11 @@ class Processes:
         wait_for_port(port, proc)
         return proc, port
 
-    def worker(self, name: str, interval: float = 0.1, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def worker(
+        self, name: str, interval: float = 0.1, env: dict[str, str] | None = None, queues: str = "default"
+    ) -> subprocess.Popen:
         args = [str(BIN / "python"), "manage.py", "agentrun_worker", "--interval", str(interval)]
-        return self._spawn(name, args, env)
+        return self._spawn(name, [*args, "--queue-name", queues], env)
 
     def manage(self, *args: str, timeout: float = 120) -> str:
         """Run ``manage.py`` with the processes' environment (their database, not the test's)."""
