@@ -51,8 +51,9 @@ class InProcessBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict) -> None:
         super().__init__(alias, params)
-        self._busy = 0  # tasks enqueued and not finished, except those waiting for their run_after
-        self._idle = threading.Condition()
+        # Tasks started and not finished (those waiting for their run_after aside): id -> their loop.
+        self._busy: dict[str, asyncio.AbstractEventLoop | None] = {}
+        self._lock = threading.Lock()
 
     def enqueue(self, task, args, kwargs):  # noqa: ANN001, ANN201 - the framework's signature
         self.validate_task(task)
@@ -87,41 +88,50 @@ class InProcessBackend(BaseTaskBackend):
         return result
 
     def _start(self, result: TaskResult) -> None:
-        self._count(+1)
-        runtime.submit(self._execute(result))
+        with self._lock:
+            self._busy[result.id] = None  # busy from now; its loop is known once submitted
+        loop = runtime.submit(self._execute(result))
+        with self._lock:
+            if self._busy.get(result.id, loop) is None:  # not finished already
+                self._busy[result.id] = loop
 
-    def _count(self, change: int) -> None:
-        with self._idle:
-            self._busy += change
-            if not self._busy:
-                self._idle.notify_all()
+    def _mark(self, result: TaskResult, busy: bool) -> None:
+        with self._lock:
+            if busy:
+                self._busy[result.id] = asyncio.get_running_loop()
+            else:
+                self._busy.pop(result.id, None)
 
     def wait_idle(self, timeout: float = 30.0) -> None:
-        """Until no task is queued or running, except those waiting for a later ``run_after`` (tests)."""
+        """Until no task is queued or running, except those waiting for a later ``run_after`` and those
+        whose event loop is gone (a test's) — for tests."""
         deadline = time.monotonic() + timeout
-        with self._idle:
-            while self._busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"{self._busy} in-process tasks still running")
-                self._idle.wait(left)
+        while True:
+            with self._lock:
+                for task_id, loop in list(self._busy.items()):
+                    if loop is not None and (loop.is_closed() or not loop.is_running()):
+                        del self._busy[task_id]
+                busy = len(self._busy)
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{busy} in-process tasks still running")
+            time.sleep(0.01)
 
     async def _execute(self, result: TaskResult) -> None:
         try:
             await self._run(result)
         finally:
-            self._count(-1)
+            self._mark(result, busy=False)
 
     async def _run(self, result: TaskResult) -> None:
         task = result.task
         if task.run_after is not None:
             delay = (task.run_after - timezone.now()).total_seconds()
             if delay > 0:
-                self._count(-1)
-                try:
-                    await asyncio.sleep(delay)
-                finally:
-                    self._count(+1)
+                self._mark(result, busy=False)
+                await asyncio.sleep(delay)
+                self._mark(result, busy=True)
         now = timezone.now()
         object.__setattr__(result, "status", TaskResultStatus.RUNNING)
         object.__setattr__(result, "started_at", now)
