@@ -8,7 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-DAPHNE=${DAPHNE:-.venv/bin/daphne}
 WEB=${AGENTRUN_WEB_PROCESSES:-2}
 WORKERS=${AGENTRUN_WORKERS:-2}
 PORT=${PORT:-8000}
@@ -24,7 +23,7 @@ export AGENTRUN_TASK_BACKEND=${AGENTRUN_TASK_BACKEND:-django_tasks_db.DatabaseBa
 trap 'kill 0' INT TERM EXIT
 for i in $(seq 0 $((WEB - 1))); do
   # Workers sweep; the web processes need not.
-  AGENTRUN_EMBEDDED_SWEEPER=0 "$DAPHNE" -b "$BIND" -p $((PORT + i)) agentrun.asgi:application &
+  AGENTRUN_EMBEDDED_SWEEPER=0 "$PY" -m agentrun.daphne_ws -b "$BIND" -p $((PORT + i)) agentrun.asgi:application &
 done
 for i in $(seq 1 "$WORKERS"); do
   "$PY" manage.py agentrun_worker --interval 0.2 &

@@ -94,7 +94,8 @@ class Processes:
     ) -> tuple[subprocess.Popen, int]:
         """A daphne server; ``port`` given: restart on that port (waits until it is free)."""
         port = port or free_port()
-        args = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentrun.asgi:application"]
+        args = [str(BIN / "python"), "-m", "agentrun.daphne_ws", "-b", "127.0.0.1", "-p", str(port)]
+        args.append("agentrun.asgi:application")  # agentrun's daphne, as scripts/production.sh runs it
         proc = self._spawn(name, args, env)
         wait_for_port(port, proc)
         return proc, port

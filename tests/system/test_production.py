@@ -10,7 +10,7 @@ import sys
 import pytest
 import requests
 
-from tests.system.conftest import BIN, Processes, wait_until
+from tests.system.conftest import Processes, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -46,7 +46,6 @@ def production_env(web: int, workers: int) -> tuple[dict[str, str], list[int]]:
         "AGENTRUN_WORKERS": str(workers),
         "PORT": str(port),
         "PYTHON": sys.executable,
-        "DAPHNE": str(BIN / "daphne"),
     }
     return env, list(range(port, port + web))
 
