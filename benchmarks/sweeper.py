@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> None:
     make_stalled(lease_expired=waiting[10:15], decided=waiting[20:25])
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
-    print(f"history: {args.runs} finished runs, {args.waiting} waiting ({time.perf_counter() - started:.0f} s to write)")
+    written = time.perf_counter() - started
+    print(f"history: {args.runs} finished runs, {args.waiting} waiting ({written:.0f} s to write)")
 
     def timed(fn) -> float:  # noqa: ANN001
         samples = []
