@@ -41,6 +41,7 @@ def test_a_frame_over_one_mib_gets_payload_too_large_and_a_clean_1009_close(proc
     answer, code, reason = asyncio.run(_frame_over_a_mib(port, token, size))
     assert answer == {"type": "error", "error": {"code": "PAYLOAD_TOO_LARGE", "message": "A frame is at most 1 MiB."}}
     assert code == 1009, (code, reason)
+
     # The server is fine: the next client streams a run.
     async def again() -> str:
         async with agent_socket(port, token) as ws:
