@@ -168,10 +168,20 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SERVE_INCLUDE_SCHEMA": False,
     "PREPROCESSING_HOOKS": ["agentrun.api.schema.drop_slash_aliases"],
+    # One name per choice set: without it drf-spectacular names colliding fields ("object", "type",
+    # "events") by hash (ObjectF31Enum) and warns (drf_spectacular.W001), which fails
+    # `check --deploy --fail-level WARNING` in scripts/production.sh.
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "agentrun.models.Run.Status",
         "StepStatusEnum": "agentrun.models.RunStep.Status",
+        "StepTypeEnum": "agentrun.models.RunStep.Type",
         "BackgroundTaskStatusEnum": "agentrun.api.views.BACKGROUND_TASK_STATUSES",
+        "EventTypeEnum": "agentrun.events.EVENT_TYPES",
+        "ListObjectEnum": ["list"],
+        "RunObjectEnum": ["thread.run"],
+        "StepObjectEnum": ["thread.run.step"],
+        "MessageObjectEnum": ["thread.message"],
+        "BackgroundTaskObjectEnum": ["background_task"],
     },
 }
 
