@@ -1,0 +1,197 @@
+"""The decision card in a real browser (issue 10): a reviewer approves exactly what they saw.
+
+Edit mode and the args fingerprint, one card per sub-agent call, high-risk confirmation, resume forms
+that speak to people, the offline state, batch decisions, the keyboard, and the context beside a card.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import pytest
+from django.urls import reverse
+from playwright.sync_api import expect
+
+from agentrun.models import Decision, Run, SuspendedToolCall, ToolEffect, args_fingerprint
+from tests.e2e.conftest import run_python_api, screenshot
+
+pytestmark = pytest.mark.e2e
+
+EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
+SUB_AGENT_REFUND = '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"o-1\\", \\"amount\\": 5}"}'
+DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 375, "height": 800}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def odd_thread(prefix: str) -> str:
+    """A thread id the API accepts that a careless URL breaks: slash, space, %, #, ?, unicode."""
+    return f"{prefix}/ä b%20#?-{uuid.uuid4().hex[:6]}"
+
+
+def thread_url(thread: str) -> str:
+    return reverse("approvals:thread", args=[thread])
+
+
+def call_card(page, tool_call_id: str):
+    return page.locator(f'.call[data-tool-call-id="{tool_call_id}"]')
+
+
+def wait_live(page) -> None:
+    expect(page.locator('body[data-live="on"]')).to_have_count(1)
+
+
+def start(agent_id: str, message: str, *, thread: str, resource: str = "cust-42") -> str:
+    from agentrun import get_agent
+
+    async def go() -> str:
+        stream = await get_agent(agent_id).stream(message, memory={"thread": thread, "resource": resource})
+        await stream.collect()
+        return stream.run_id
+
+    return run_python_api(go)
+
+
+def wait_final(run_id: str, timeout: float = 10.0) -> Run:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        run = Run.objects.get(pk=run_id)
+        if run.is_final or time.monotonic() > deadline:
+            return run
+        time.sleep(0.05)
+
+
+# --- 1. editing is a mode; every decision is bound to the arguments shown ------------------------------
+def test_editing_is_an_explicit_mode_and_edit_and_approve_runs_the_edit(login, suspend):
+    thread = odd_thread("t-edit")
+    run_id, call_id = suspend("send-email", EMAIL, thread=thread)
+    page = login("rita")
+    page.goto(thread_url(thread))
+    card = call_card(page, call_id)
+    editor = card.get_by_label("Arguments (JSON)")
+    approve = card.get_by_role("button", name="Approve", exact=True)
+    expect(card.get_by_test_id("args")).to_contain_text('"to": "ann@example.com"')
+    expect(editor).to_be_hidden()  # nothing to type into by accident
+    expect(card.get_by_role("button", name="Edit & approve")).to_be_hidden()
+
+    card.get_by_role("button", name="Edit", exact=True).click()
+    expect(editor).to_be_visible()
+    expect(approve).to_be_enabled()  # the editor still holds the arguments shown
+    editor.fill(json.dumps(dict(EMAIL, to="bob@example.com"), indent=2))
+    expect(approve).to_be_disabled()  # what is shown is not what is in the editor
+    expect(card.get_by_text("Approve is off while your edit differs")).to_be_visible()
+    screenshot(page, "card-editing-desktop")
+
+    card.get_by_role("button", name="Cancel edit").click()
+    expect(editor).to_be_hidden()
+    expect(approve).to_be_enabled()
+
+    card.get_by_role("button", name="Edit", exact=True).click()
+    expect(editor).to_have_value(re.compile(r'"to": "ann@example.com"'))  # the edit was dropped
+    editor.fill(json.dumps(dict(EMAIL, to="bob@example.com")))
+    with page.expect_request(lambda r: r.method == "POST" and "/decide" in r.url) as posted:
+        card.get_by_role("button", name="Edit & approve").click()
+    form = dict(pair.split("=", 1) for pair in posted.value.post_data.split("&"))
+    assert form["args_fingerprint"] == args_fingerprint(EMAIL)  # bound to what was shown
+    assert form["action"] == "edit"
+    expect(page.locator(f'[data-decided-call-id="{call_id}"]')).to_contain_text("Approved")
+    decision = Decision.objects.get(run_id=run_id)
+    assert decision.args == EMAIL and decision.edited_args == dict(EMAIL, to="bob@example.com")
+    assert wait_final(run_id).status == "completed"
+    assert ToolEffect.objects.get(run_id=run_id).payload["to"] == "bob@example.com"
+
+
+def test_a_stale_card_is_refused_and_shows_the_current_arguments(login, suspend):
+    thread = unique("t-stale")
+    run_id, call_id = suspend("send-email", EMAIL, thread=thread)
+    page = login("rita")
+    page.goto(thread_url(thread))
+    card = call_card(page, call_id)
+    expect(card.get_by_test_id("args")).to_contain_text("ann@example.com")
+    # The call's arguments change behind the page (the tool suspended again with new ones).
+    changed = dict(EMAIL, to="mallory@example.com")
+    SuspendedToolCall.objects.filter(run_id=run_id, tool_call_id=call_id).update(args=changed)
+
+    card.get_by_role("button", name="Approve", exact=True).click()
+    expect(card.get_by_role("alert")).to_contain_text("The arguments changed since this card was shown")
+    expect(card.get_by_role("alert")).to_contain_text("Nothing was decided")
+    expect(card.get_by_test_id("args")).to_contain_text("mallory@example.com")  # now shown: decide on that
+    assert not Decision.objects.filter(run_id=run_id).exists()
+    assert not ToolEffect.objects.filter(run_id=run_id).exists()
+
+    card.get_by_role("button", name="Decline", exact=True).click()
+    expect(page.locator(f'[data-decided-call-id="{call_id}"]')).to_contain_text("Declined")
+    assert Decision.objects.get(run_id=run_id).kind == "decline"
+
+
+# --- 3 (defect). A sub-agent's call is one card, one decision -------------------------------------------
+def test_a_sub_agent_call_is_one_card_and_one_decision(login):
+    thread = odd_thread("t-sub")
+    run_id = start("support-supervisor", SUB_AGENT_REFUND, thread=thread)
+    outer = SuspendedToolCall.objects.get(run_id=run_id, status="open")
+    page = login("rita")
+    page.goto(thread_url(thread))
+    cards = page.locator(".call[data-tool-call-id]")
+    expect(cards).to_have_count(1)  # not the inner refund a second time
+    card = call_card(page, outer.tool_call_id)
+    expect(card.get_by_role("heading", name="billing-agent → refund")).to_be_visible()
+    expect(card.get_by_test_id("args")).to_contain_text('"amount": 5')
+    screenshot(page, "thread-subagent-desktop")
+    page.set_viewport_size(PHONE)
+    screenshot(page, "thread-subagent-375")
+    page.set_viewport_size(DESKTOP)
+
+    card.get_by_role("button", name="Approve", exact=True).click()
+    card.get_by_role("button", name="Yes, approve billing-agent → refund").click()
+    expect(page.locator(f'[data-decided-call-id="{outer.tool_call_id}"]')).to_contain_text("Approved")
+    assert wait_final(run_id).status == "completed"
+    assert Decision.objects.filter(thread_id=thread).count() == 1  # one click, one record
+    inner_runs = list(Run.objects.filter(parent_run_id=run_id).values_list("id", flat=True))
+    assert ToolEffect.objects.filter(tool_name="refund", run_id__in=inner_runs).count() == 1
+    page.goto(thread_url(thread))
+    expect(page.get_by_text("Nothing waits in this thread.")).to_be_visible()  # no orphan inner card
+
+
+# --- risk: high risk is distinct and never approved by one stray click ----------------------------------
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "375"])
+def test_one_click_on_approve_of_a_high_risk_call_decides_nothing(login, suspend, viewport):
+    thread = unique("t-risk")
+    run_id, call_id = suspend("delete-record", {"table": "users", "id": 7}, thread=thread)
+    email_run, email_call = suspend("send-email", EMAIL, thread=thread)
+    page = login("rita", **viewport)
+    page.goto(thread_url(thread))
+    card = call_card(page, call_id)
+    expect(card).to_have_attribute("data-risk", "high")
+    expect(card.get_by_text("high risk")).to_be_visible()
+    expect(call_card(page, email_call).get_by_text("medium risk")).to_be_visible()
+    # Distinct at a glance: a thick red edge the medium card does not have.
+    high_edge = card.evaluate("e => getComputedStyle(e).borderLeftWidth")
+    medium_edge = call_card(page, email_call).evaluate("e => getComputedStyle(e).borderLeftWidth")
+    assert float(high_edge.removesuffix("px")) > float(medium_edge.removesuffix("px"))
+
+    card.get_by_role("button", name="Approve", exact=True).dblclick()  # a stray (double) click
+    confirm = card.get_by_role("alertdialog")
+    expect(confirm).to_contain_text("High risk")
+    expect(card.get_by_role("button", name="Cancel")).to_be_focused()  # Enter now cancels
+    name = "desktop" if viewport is DESKTOP else "375"
+    screenshot(page, f"thread-highrisk-confirm-{name}")
+    page.wait_for_timeout(300)
+    assert not Decision.objects.filter(run_id=run_id).exists()
+    assert Run.objects.get(pk=run_id).status == "suspended"
+
+    card.get_by_role("button", name="Cancel").click()
+    expect(card.get_by_role("alertdialog")).to_have_count(0)
+    card.get_by_role("button", name="Approve", exact=True).click()
+    card.get_by_role("button", name="Yes, approve delete-record").click()
+    expect(page.locator(f'[data-decided-call-id="{call_id}"]')).to_contain_text("Approved")
+    assert Decision.objects.get(run_id=run_id).kind == "approve"
+    # The medium-risk call takes one click.
+    call_card(page, email_call).get_by_role("button", name="Approve", exact=True).click()
+    expect(page.locator(f'[data-decided-call-id="{email_call}"]')).to_contain_text("Approved")
+    assert wait_final(run_id).status == "completed" and wait_final(email_run).status == "completed"
