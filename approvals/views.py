@@ -28,7 +28,7 @@ from agentrun.engine.service import DecisionRequest, decide_tool_call, decide_to
 from agentrun.errors import AgentRunError
 from agentrun.models import Decision, Run, SuspendedToolCall, Thread
 from approvals import selectors
-from approvals.resume_form import attach_engine_errors, parse_resume_form
+from approvals.resume_form import attach_engine_errors, json_error, parse_resume_form
 from approvals.selectors import OpenCallView
 
 HISTORY_PAGE_SIZE = 25
@@ -134,18 +134,14 @@ def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
     return _page(request, "approvals/thread.html", "calls", context)
 
 
-def _json_error(exc: json.JSONDecodeError) -> str:
-    return f"{exc.msg} at line {exc.lineno}, column {exc.colno}"
-
-
 def _parse_edited_args(text: str) -> Any:
     """The editor's text as JSON, or an error naming where it breaks (nothing is decided)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise AgentRunError("ARGS_INVALID", f"The arguments are not valid JSON: {_json_error(exc)}.") from None
+        raise AgentRunError("ARGS_INVALID", json_error(exc)) from None
     except (ValueError, RecursionError):
-        raise AgentRunError("ARGS_INVALID", "The arguments are not valid JSON: too deep or too large.") from None
+        raise AgentRunError("ARGS_INVALID", "This is not valid JSON: too deep or too large.") from None
 
 
 def _same_args(text: str, args: Any) -> bool:

@@ -195,3 +195,42 @@ def test_one_click_on_approve_of_a_high_risk_call_decides_nothing(login, suspend
     call_card(page, email_call).get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator(f'[data-decided-call-id="{email_call}"]')).to_contain_text("Approved")
     assert wait_final(run_id).status == "completed" and wait_final(email_run).status == "completed"
+
+
+# --- 4 (defect). Resume forms and editors speak to the person -----------------------------------------
+def test_resume_form_rejects_spaces_and_speaks_per_field(login, suspend):
+    thread = unique("t-ask")
+    run_id, call_id = suspend("ask-user", {"question": "Which city should we ship to?"}, thread=thread)
+    page = login("rita", **PHONE)
+    page.goto(thread_url(thread))
+    card = call_card(page, call_id)
+    card.get_by_label("Answer").fill("   ")
+    card.get_by_role("button", name="Resume").click()
+    answer = card.get_by_label("Answer")
+    expect(answer).to_have_attribute("aria-invalid", "true")
+    field = card.locator(".field.invalid")
+    expect(field).to_contain_text("Please write an answer (spaces alone do not count).")
+    expect(card.get_by_role("alert")).to_contain_text("Please correct the fields marked below.")
+    expect(card).not_to_contain_text("resume schema")  # no engine talk
+    screenshot(page, "card-resume-error-375")
+    assert not Decision.objects.filter(run_id=run_id).exists()
+
+    card.get_by_label("Answer").fill("Lyon")
+    card.get_by_role("button", name="Resume").click()
+    expect(page.locator(f'[data-decided-call-id="{call_id}"]')).to_contain_text("Resumed")
+    assert Decision.objects.get(run_id=run_id).resume_data == {"answer": "Lyon"}
+
+
+def test_invalid_json_in_the_editor_names_line_and_column(login, suspend):
+    thread = unique("t-json")
+    run_id, call_id = suspend("send-email", EMAIL, thread=thread)
+    page = login("rita")
+    page.goto(thread_url(thread))
+    card = call_card(page, call_id)
+    card.get_by_role("button", name="Edit", exact=True).click()
+    card.get_by_label("Arguments (JSON)").fill('{\n  "to": "bob@example.com"\n  "subject": "x"\n}')
+    card.get_by_role("button", name="Edit & approve").click()
+    expect(card.get_by_role("alert")).to_contain_text("expecting ',' delimiter at line 3, column 3")
+    expect(card.get_by_label("Arguments (JSON)")).to_be_visible()  # still editing, the text kept
+    expect(card.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
+    assert not Decision.objects.filter(run_id=run_id).exists()
