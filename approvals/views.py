@@ -122,14 +122,16 @@ def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
     if request.htmx and "known" in request.GET:
         # The live refresh: the page says which calls it shows; answer with the new ones (appended)
         # and out-of-band notices replacing the ones that left (who decided them, if anyone did).
+        # A re-sync after the page was offline gets the whole list, with the same notices on top.
         known = _known_call_ids(request.GET["known"])
         open_ids = {c.tool_call_id for c in context["calls"]}
         gone = [k for k in known if k not in open_ids]
         decisions = selectors.decisions_for_calls(gone, context["hidden"])
-        context |= {
-            "calls": [c for c in context["calls"] if c.tool_call_id not in known],
-            "gone": [{"tool_call_id": k, "decision": decisions.get(k)} for k in gone],
-        }
+        context["gone"] = [{"tool_call_id": k, "decision": decisions.get(k)} for k in gone]
+        if "resync" in request.GET:
+            # Back from offline: every card afresh (the page's may be stale), and who decided the rest.
+            return render(request, "approvals/thread.html#calls", context)
+        context["calls"] = [c for c in context["calls"] if c.tool_call_id not in known]
         return render(request, "approvals/thread.html#live-delta", context)
     return _page(request, "approvals/thread.html", "calls", context)
 

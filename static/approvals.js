@@ -40,7 +40,11 @@
     var target = document.getElementById("calls") ? "#calls" : document.getElementById("threads") ? "#threads" : null;
     if (!target) { showState("on", "live"); return; }
     showState("syncing", "reconnected — syncing…");
-    var url = target === "#calls" ? document.querySelector(".thread-page").dataset.threadUrl : location.pathname + location.search;
+    var url = location.pathname + location.search;
+    if (target === "#calls") {
+      url = document.querySelector(".thread-page").dataset.threadUrl + "?resync=1&known=" +
+        encodeURIComponent(window.approvals.knownCallIds());
+    }
     htmx.ajax("GET", url, { target: target, swap: "outerHTML" }).then(function () {
       if (!offline) showState("on", "live");
     });

@@ -345,3 +345,22 @@ def test_decide_urls_carry_any_tool_call_id(tool_call_id):
     assert "?" not in url and "#" not in url and " " not in url
     match = resolve(unquote(url))  # the server matches the decoded path
     assert match.url_name == "decide" and match.kwargs == {"run_id": "run_1", "tool_call_id": tool_call_id}
+
+
+def test_resync_after_offline_gives_every_card_and_who_decided_the_rest(reviewer, other_reviewer):
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread="t-resync")
+    call = open_call(run_id)
+    other, _ = other_reviewer
+    other.post(decide_url(call), {"action": "decline"}, headers={"HX-Request": "true"})
+    new_run = suspend("send-email", EMAIL, thread="t-resync")
+    response = client.get(
+        reverse("approvals:thread", args=["t-resync"]),
+        {"known": json.dumps([call.tool_call_id]), "resync": "1"},
+        headers={"HX-Request": "true"},
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="calls"')  # the whole list replaces the page's
+    assert f'data-decided-call-id="{call.tool_call_id}"' in html and "olga" in html and "hx-swap-oob" not in html
+    assert f'data-tool-call-id="{open_call(new_run).tool_call_id}"' in html
+    wait_until_final(run_id)

@@ -234,3 +234,54 @@ def test_invalid_json_in_the_editor_names_line_and_column(login, suspend):
     expect(card.get_by_label("Arguments (JSON)")).to_be_visible()  # still editing, the text kept
     expect(card.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
     assert not Decision.objects.filter(run_id=run_id).exists()
+
+
+# --- 6 (defect). A dropped live connection: offline, deciding off, re-sync on reconnect ---------------
+def test_a_dropped_feed_reads_offline_disables_deciding_and_resyncs(login, suspend):
+    thread = odd_thread("t-offline")
+    run_a, call_a = suspend("send-email", EMAIL, thread=thread)
+    page = login("rita")
+    sockets: list = []
+    blocked = {"on": False}
+
+    def feed(ws) -> None:  # the real socket to the server, through a switch the test holds
+        if blocked["on"]:
+            ws.close(code=1013, reason="try again later")  # the server stays unreachable
+            return
+        ws.connect_to_server()
+        sockets.append(ws)
+
+    page.route_web_socket(re.compile(r"/ws/approvals/"), feed)
+    page.goto(thread_url(thread))
+    wait_live(page)
+    page.evaluate("window.__notReloaded = true")
+    badge = page.locator(".live-badge")
+    expect(badge).to_have_text("live")
+
+    blocked["on"] = True
+    sockets[-1].close(code=1001, reason="going away")  # the connection drops
+    expect(badge).to_have_text("offline — reconnecting")
+    approve = call_card(page, call_a).get_by_role("button", name="Approve", exact=True)
+    expect(approve).to_be_disabled()
+    expect(call_card(page, call_a).get_by_role("button", name="Decline", exact=True)).to_be_disabled()
+    page.keyboard.press("j")
+    page.keyboard.press("a")  # not by keyboard either
+    screenshot(page, "thread-offline-desktop")
+
+    # Meanwhile, elsewhere: another reviewer declines the call, and a new one opens.
+    other = login("olga")
+    other.goto(thread_url(thread))
+    call_card(other, call_a).get_by_role("button", name="Decline", exact=True).click()
+    expect(other.locator(f'[data-decided-call-id="{call_a}"]')).to_contain_text("Declined")
+    run_b, call_b = suspend("send-email", dict(EMAIL, to="new@example.com"), thread=thread)
+    page.wait_for_timeout(300)
+    expect(call_card(page, call_b)).to_have_count(0)  # this page heard nothing: it is offline
+
+    blocked["on"] = False  # the server is back: the next retry connects
+    expect(badge).to_have_text("live", timeout=15_000)
+    expect(page.locator(f'[data-decided-call-id="{call_a}"]')).to_contain_text("olga")
+    expect(call_card(page, call_a)).to_have_count(0)
+    expect(call_card(page, call_b).get_by_role("button", name="Approve", exact=True)).to_be_enabled()
+    assert page.evaluate("window.__notReloaded") is True  # re-synced in place
+    assert Decision.objects.get(run_id=run_a).decided_by_username == "olga"
+    assert not Decision.objects.filter(run_id=run_b).exists()
