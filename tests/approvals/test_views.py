@@ -364,3 +364,22 @@ def test_resync_after_offline_gives_every_card_and_who_decided_the_rest(reviewer
     assert f'data-decided-call-id="{call.tool_call_id}"' in html and "olga" in html and "hx-swap-oob" not in html
     assert f'data-tool-call-id="{open_call(new_run).tool_call_id}"' in html
     wait_until_final(run_id)
+
+
+def test_decide_all_needs_the_listed_calls_and_decides_all_or_nothing(reviewer, viewer):
+    client, _ = reviewer
+    runs = [suspend("send-email", EMAIL, thread="t-all"), suspend("send-email", EMAIL, thread="t-all")]
+    calls = [open_call(r) for r in runs]
+    url = reverse("approvals:decide-all")
+    asked = client.post(url, {"thread_id": "t-all", "ask": "approve"}, headers={"HX-Request": "true"})
+    assert asked.status_code == 200 and "Approve these 2 calls?" in asked.content.decode()
+    items = [f"{c.run_id} {args_fingerprint(EMAIL)} {c.tool_call_id}" for c in calls]
+    stale = [items[0], f"{calls[1].run_id} {'0' * 64} {calls[1].tool_call_id}"]
+    refused = client.post(url, {"thread_id": "t-all", "confirm": "approve", "call": stale})
+    assert refused.status_code == 409 and not Decision.objects.exists()
+    assert viewer[0].post(url, {"thread_id": "t-all", "confirm": "approve", "call": items}).status_code == 403
+    done = client.post(url, {"thread_id": "t-all", "confirm": "approve", "call": items}, headers={"HX-Request": "true"})
+    assert done.status_code == 200 and done["HX-Retarget"] == "#calls"
+    assert Decision.objects.filter(kind="approve", via="dashboard").count() == 2
+    for run_id in runs:
+        wait_until_final(run_id)

@@ -285,3 +285,63 @@ def test_a_dropped_feed_reads_offline_disables_deciding_and_resyncs(login, suspe
     assert page.evaluate("window.__notReloaded") is True  # re-synced in place
     assert Decision.objects.get(run_id=run_a).decided_by_username == "olga"
     assert not Decision.objects.filter(run_id=run_b).exists()
+
+
+# --- batch: Approve all / Decline all, one confirmation listing the calls, all or nothing --------------
+def test_approve_all_lists_the_calls_once_then_decides_exactly_those(login, suspend):
+    thread = odd_thread("t-batch")
+    email_run, email_call = suspend("send-email", EMAIL, thread=thread)
+    delete_run, delete_call = suspend("delete-record", {"table": "users", "id": 7}, thread=thread)
+    sub_run = start("support-supervisor", SUB_AGENT_REFUND, thread=thread)
+    ask_run, ask_call = suspend("ask-user", {"question": "Which city?"}, thread=thread)
+    page = login("rita", **PHONE)
+    page.goto(thread_url(thread))
+    expect(page.locator(".call[data-tool-call-id]")).to_have_count(4)
+
+    page.get_by_role("button", name="Approve all").click()
+    confirm = page.get_by_role("alertdialog")
+    expect(confirm).to_contain_text("Approve these 3 calls?")
+    for text in ("send-email", "delete-record", "billing-agent → refund", '"amount": 5', "high risk"):
+        expect(confirm).to_contain_text(text)
+    expect(confirm).not_to_contain_text("ask-user")  # an answer is not an approval
+    screenshot(page, "thread-batch-confirm-375")
+    assert not Decision.objects.filter(thread_id=thread).exists()  # the first click only lists them
+
+    # A listed call changes before the confirmation: nothing at all is decided.
+    changed = dict(EMAIL, to="eve@example.com")
+    SuspendedToolCall.objects.filter(run_id=email_run, tool_call_id=email_call).update(args=changed)
+    confirm.get_by_role("button", name="Yes, approve 3 calls").click()
+    expect(page.get_by_role("alert")).to_contain_text("The arguments of a listed call changed since you saw them.")
+    assert not Decision.objects.filter(thread_id=thread).exists()
+    expect(call_card(page, email_call).get_by_test_id("args")).to_contain_text("eve@example.com")
+
+    page.get_by_role("button", name="Approve all").click()
+    page.get_by_role("alertdialog").get_by_role("button", name="Yes, approve 3 calls").click()
+    expect(page.get_by_role("status").filter(has_text="Approved 3 calls")).to_contain_text("billing-agent → refund")
+    expect(page.locator(".call[data-tool-call-id]")).to_have_count(1)  # the question still waits
+    expect(call_card(page, ask_call)).to_be_visible()
+    decisions = Decision.objects.filter(thread_id=thread)
+    assert sorted(d.kind for d in decisions) == ["approve"] * 3 and {d.via for d in decisions} == {"dashboard"}
+    for run_id in (email_run, delete_run, sub_run):
+        assert wait_final(run_id).status == "completed"
+    assert ToolEffect.objects.get(run_id=email_run).payload["to"] == "eve@example.com"
+
+
+def test_decline_all_with_a_reason(login, suspend):
+    thread = unique("t-decline-all")
+    runs = [
+        suspend("send-email", EMAIL, thread=thread)[0],
+        suspend("delete-record", {"table": "t", "id": 1}, thread=thread)[0],
+    ]
+    page = login("rita")
+    page.goto(thread_url(thread))
+    page.get_by_role("button", name="Decline all").click()
+    confirm = page.get_by_role("alertdialog")
+    expect(confirm).to_contain_text("Decline these 2 calls?")
+    confirm.get_by_label("Reason").fill("duplicate request")
+    confirm.get_by_role("button", name="Yes, decline 2 calls").click()
+    expect(page.get_by_role("status").filter(has_text="Declined 2 calls")).to_be_visible()
+    for run_id in runs:
+        decision = Decision.objects.get(run_id=run_id)
+        assert (decision.kind, decision.reason) == ("decline", "duplicate request")
+        assert wait_final(run_id).status == "completed"
