@@ -114,7 +114,8 @@
   });
 
   /* --- keyboard: j/k move between cards, a/d approve/decline the focused one, e edits, ? shows keys --- */
-  var refocus = null; // after a decision swaps a card away, focus goes to the card now at that place
+  // After a decision swaps a card away, focus goes to the card now at its place.
+  var refocus = null; // {card, index}
 
   function cards() { return Array.from(document.querySelectorAll(CARD)); }
   function focusedCard() { return document.activeElement && document.activeElement.closest(CARD); }
@@ -132,14 +133,23 @@
   function press(kind) {
     var card = focusedCard();
     if (!card) return;
-    var button = card.querySelector("button[name=action][value=" + kind + "]");
+    // Only the card's own action row: never a confirmation's "Yes, approve" (that takes a deliberate Tab).
+    var button = card.querySelector(".actions button[name=action][value=" + kind + "]");
     if (!button || button.disabled || button.hidden) return;
-    refocus = cards().indexOf(card);
+    refocus = { card: card, index: cards().indexOf(card) };
     button.click(); // a high-risk approval answers with its confirmation step, nothing more
   }
+  var beforeKeys = null;
   function showKeys() {
     var dialog = document.getElementById("keys-help");
-    if (dialog && !dialog.open) dialog.showModal();
+    if (!dialog || dialog.open) return;
+    beforeKeys = document.activeElement;
+    dialog.addEventListener("close", function () {
+      // Back where the reviewer was (the card they had focused), so j/k go on from there.
+      if (beforeKeys && beforeKeys !== document.body && document.body.contains(beforeKeys)) beforeKeys.focus();
+      else document.activeElement && document.activeElement.blur();
+    }, { once: true });
+    dialog.showModal();
   }
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
@@ -164,8 +174,9 @@
     if (handled) event.preventDefault();
   });
   document.addEventListener("htmx:afterSettle", function () {
-    if (refocus === null) return;
-    var i = refocus;
+    // Other swaps (the live feed's) may settle first: wait for the decided card to be gone.
+    if (refocus === null || document.body.contains(refocus.card)) return;
+    var i = refocus.index;
     refocus = null;
     if (document.activeElement && document.activeElement.closest(".call")) return; // e.g. a confirmation's autofocus
     var all = cards();

@@ -345,3 +345,57 @@ def test_decline_all_with_a_reason(login, suspend):
         decision = Decision.objects.get(run_id=run_id)
         assert (decision.kind, decision.reason) == ("decline", "duplicate request")
         assert wait_final(run_id).status == "completed"
+
+
+# --- keyboard: j/k move, a/d decide the focused card (high risk still confirms), ? shows the keys -------
+def test_keyboard_moves_between_cards_and_decides_the_focused_one(login, suspend):
+    thread = unique("t-keys")
+    first_run, first = suspend("send-email", EMAIL, thread=thread)
+    risky_run, risky = suspend("delete-record", {"table": "users", "id": 7}, thread=thread)
+    last_run, last = suspend("send-email", dict(EMAIL, to="cy@example.com"), thread=thread)
+    page = login("rita")
+    page.goto(thread_url(thread))
+    wait_live(page)
+
+    page.keyboard.press("?")
+    help_dialog = page.get_by_role("dialog", name="Keyboard shortcuts")
+    expect(help_dialog).to_be_visible()
+    expect(help_dialog).to_contain_text("approve the focused call")
+    screenshot(page, "thread-keys-desktop")
+    page.keyboard.press("Escape")
+    expect(help_dialog).to_be_hidden()
+
+    page.keyboard.press("j")
+    expect(call_card(page, first)).to_be_focused()
+    page.keyboard.press("j")
+    expect(call_card(page, risky)).to_be_focused()
+    page.keyboard.press("k")
+    expect(call_card(page, first)).to_be_focused()
+    page.keyboard.press("j")
+
+    page.keyboard.press("a")  # high risk: the key asks, it does not approve
+    card = call_card(page, risky)
+    expect(card.get_by_role("alertdialog")).to_contain_text("High risk")
+    expect(card.get_by_role("button", name="Cancel")).to_be_focused()
+    page.keyboard.press("a")  # a second stray key press does not confirm either
+    page.keyboard.press("Enter")  # Enter lands on Cancel
+    expect(card.get_by_role("alertdialog")).to_have_count(0)
+    assert not Decision.objects.filter(run_id=risky_run).exists()
+
+    page.keyboard.press("k")
+    expect(call_card(page, first)).to_be_focused()
+    page.keyboard.press("d")
+    expect(page.locator(f'[data-decided-call-id="{first}"]')).to_contain_text("Declined")
+    expect(call_card(page, risky)).to_be_focused()  # focus moved on to the next card
+    page.keyboard.press("j")
+    expect(call_card(page, last)).to_be_focused()
+    page.keyboard.press("a")
+    expect(page.locator(f'[data-decided-call-id="{last}"]')).to_contain_text("Approved")
+
+    assert Decision.objects.get(run_id=first_run).kind == "decline"
+    assert Decision.objects.get(run_id=last_run).kind == "approve"
+    assert not Decision.objects.filter(run_id=risky_run).exists()
+    # Typing in a box is typing, not shortcuts.
+    call_card(page, risky).get_by_label("Reason").fill("")
+    call_card(page, risky).get_by_label("Reason").press_sequentially("add j k")
+    assert not Decision.objects.filter(run_id=risky_run).exists()
