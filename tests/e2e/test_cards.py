@@ -399,3 +399,30 @@ def test_keyboard_moves_between_cards_and_decides_the_focused_one(login, suspend
     call_card(page, risky).get_by_label("Reason").fill("")
     call_card(page, risky).get_by_label("Reason").press_sequentially("add j k")
     assert not Decision.objects.filter(run_id=risky_run).exists()
+
+
+# --- context: why the agent asks, for whom, and a question as prose ------------------------------------
+def test_the_card_shows_the_agents_reason_the_resource_and_a_question_as_prose(login, suspend):
+    from agentrun.models import Message
+
+    thread = unique("t-context")
+    run_id, call_id = suspend("send-email", EMAIL, thread=thread, resource="acme/cust 7")
+    ask_run, ask_call = suspend("ask-user", {"question": "Which city should we ship to?"}, thread=thread)
+    # What a chat model writes beside its tool call (the scripted model writes none).
+    reason = "The customer <b>asked</b> for a confirmation of the shipment."
+    Message.objects.filter(run_id=run_id, role="assistant", tool_calls__isnull=False).update(content=reason)
+    page = login("rita", **PHONE)
+    page.goto(thread_url(thread))
+
+    card = call_card(page, call_id)
+    expect(card.get_by_test_id("call-reason")).to_contain_text(reason)  # as text: markup stays inert
+    expect(card.get_by_test_id("call-reason")).to_contain_text("support-agent said")
+    assert card.locator("b").count() == 0
+    expect(page.get_by_test_id("thread-resource")).to_have_text("acme/cust 7")
+
+    ask = call_card(page, ask_call)
+    expect(ask.get_by_test_id("question")).to_have_text("Which city should we ship to?")
+    expect(ask.locator("pre:visible")).to_have_count(0)  # not the payload's JSON, nor the args' again
+    screenshot(page, "thread-context-375")
+    page.set_viewport_size(DESKTOP)
+    screenshot(page, "thread-context-desktop")
