@@ -383,3 +383,20 @@ def test_decide_all_needs_the_listed_calls_and_decides_all_or_nothing(reviewer, 
     assert Decision.objects.filter(kind="approve", via="dashboard").count() == 2
     for run_id in runs:
         wait_until_final(run_id)
+
+
+def test_always_approve_from_a_stale_card_grants_and_decides_nothing(reviewer):
+    from agentrun.models import StandingGrant
+
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread="t-grant-stale")
+    call = open_call(run_id)
+    SuspendedToolCall.objects.filter(pk=call.pk).update(args=dict(EMAIL, to="eve@example.com"))
+    form = {"run_id": run_id, "tool_call_id": call.tool_call_id, "scope": "thread", "expires_in": "3600"}
+    response = client.post(
+        reverse("notifications:grant-create"),
+        form | {"args_fingerprint": args_fingerprint(EMAIL)},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 409 and "Nothing was granted" in response.content.decode()
+    assert not Decision.objects.exists() and not StandingGrant.objects.exists()
