@@ -211,7 +211,7 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
             if json_error or any(f.error for f in fields or []):
                 view.failed_action = "resume"
                 view.error = json_error or "Please correct the fields marked below."
-                return _form_error(request, view)
+                return _card(request, view, status=422)
             kwargs |= {"kind": "resume", "resume_data": resume_data}
         else:
             return HttpResponse("Unknown action.", status=400)
@@ -243,7 +243,7 @@ def _refused(request: HtmxHttpRequest, view: OpenCallView, action: str, exc: Age
         fresh = selectors.open_call_views([call])[0]
         fresh.failed_action, fresh.note, fresh.edit_text = action, view.note, view.edit_text
         fresh.error = "The arguments changed since this card was shown. Check them below and decide again."
-        return _form_error(request, fresh, status=409)
+        return _card(request, fresh, status=409)
     view.failed_action = action
     errors = (exc.details or {}).get("errors") or []
     if action == "resume":
@@ -252,20 +252,16 @@ def _refused(request: HtmxHttpRequest, view: OpenCallView, action: str, exc: Age
     else:
         view.error = exc.message
         view.error_items = [f"{e.get('loc', '$')}: {e.get('message', '')}" for e in errors]
-    return _form_error(request, view, status=422 if exc.code in FORM_ERROR_CODES else 400)
+    return _card(request, view, status=422 if exc.code in FORM_ERROR_CODES else 400)
 
 
 def _card(request: HtmxHttpRequest, view: OpenCallView, status: int = 200) -> HttpResponse:
-    """The card in its current state (htmx), or the thread page showing it."""
+    """The card in its current state (htmx), or the thread page showing it: a confirmation step, or an
+    error next to the form that failed (nothing was decided)."""
     if request.htmx:
         return render(request, "approvals/thread.html#call", {"call": view, "can_decide": True}, status=status)
     context = _thread_context(request, view.call.run.thread_id, replace=view)
     return render(request, "approvals/thread.html", context, status=status)
-
-
-def _form_error(request: HtmxHttpRequest, view: OpenCallView, status: int = 422) -> HttpResponse:
-    """The call again, with the error next to the form that failed; nothing was decided."""
-    return _card(request, view, status=status)
 
 
 def _decision_response(
@@ -327,7 +323,8 @@ def decide_all(request: HtmxHttpRequest) -> HttpResponse:
     if groups is None:
         return HttpResponse("Name the calls to decide.", status=400)
     agents = dict(Run.objects.filter(pk__in=groups, thread_id=thread_id).values_list("id", "agent_id"))
-    titles = {c.tool_call_id: c.title for c in _thread_context(request, thread_id)["calls"]}
+    shown = selectors.thread_open_calls(thread_id, hidden_agent_ids(request.user))
+    titles = {c.tool_call_id: c.title for c in selectors.open_call_views(shown)}
     try:
         with transaction.atomic():  # every listed call, or none
             decided = []
