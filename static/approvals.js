@@ -145,16 +145,17 @@
     if (!dialog || dialog.open) return;
     beforeKeys = document.activeElement;
     dialog.addEventListener("close", function () {
-      // Back where the reviewer was (the card they had focused), so j/k go on from there.
-      if (beforeKeys && beforeKeys !== document.body && document.body.contains(beforeKeys)) beforeKeys.focus();
-      else document.activeElement && document.activeElement.blur();
+      // Back to the card the reviewer had focused, so j/k go on from there. (The close event comes a
+      // moment after the dialog hides: never take focus from where a key already moved it.)
+      var card = beforeKeys && beforeKeys.closest && beforeKeys.closest(CARD);
+      if (card && document.body.contains(card) && !focusedCard()) card.focus();
     }, { once: true });
     dialog.showModal();
   }
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
     // Typing is typing; an open dialog has its own keys.
-    if (event.target.closest && event.target.closest("input, textarea, select, [contenteditable], dialog")) return;
+    if (!event.target.closest || event.target.closest("input, textarea, select, [contenteditable], dialog[open]")) return;
     if (!document.getElementById("calls")) return;
     var handled = true;
     switch (event.key) {
