@@ -400,3 +400,21 @@ def test_always_approve_from_a_stale_card_grants_and_decides_nothing(reviewer):
     )
     assert response.status_code == 409 and "Nothing was granted" in response.content.decode()
     assert not Decision.objects.exists() and not StandingGrant.objects.exists()
+
+
+def test_the_thread_page_reads_a_fixed_number_of_queries(reviewer, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client, _ = reviewer
+    url = reverse("approvals:thread", args=["t-queries"])
+    suspend("send-email", EMAIL, thread="t-queries")
+    start_run(SUB_AGENT_REFUND, thread="t-queries", agent_id="support-supervisor")
+    with CaptureQueriesContext(connection) as few:
+        client.get(url)
+    for _ in range(4):
+        suspend("send-email", EMAIL, thread="t-queries")
+    start_run(SUB_AGENT_REFUND, thread="t-queries", agent_id="support-supervisor")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        html = client.get(url).content.decode()
+    assert html.count("data-tool-call-id=") == 7
