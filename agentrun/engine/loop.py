@@ -243,13 +243,15 @@ class Segment:
             # Mastra: a run that calls tools and then answers reports that answer as its text.
             self.result.first_text += text
             self.result.tool_calls.extend(call_dicts)
+            if not call_dicts:
+                self.emit("step-finish", {"finishReason": "stop", "usage": usage})
+                await db(store.record_answer)(
+                    run, self.log, message_id=message_id, text=text, usage=usage, started_at=started_at
+                )
+                return "stop"
             tool_step = await db(store.record_model_step)(
                 run, self.log, message_id=message_id, text=text, calls=call_dicts, usage=usage, started_at=started_at
             )
-            if tool_step is None:
-                self.emit("step-finish", {"finishReason": "stop", "usage": usage})
-                await db(store.complete_run)(run, self.log)
-                return "stop"
             opens = await self._run_tool_calls(run, tool_step, calls)
             if opens:
                 await db(store.record_suspension)(

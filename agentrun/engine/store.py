@@ -225,7 +225,7 @@ def record_model_step(
     """
     now = timezone.now()
     steps = []
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # no savepoint in record_answer's transaction: nothing catches
         Message.objects.create(
             id=message_id,
             thread_id=run.thread_id,
@@ -322,7 +322,7 @@ def fail_run_sync(run: Run, error: dict) -> None:
 def complete_run(run: Run, log: ChunkLog) -> None:
     """The turn answered. The run completes, unless an until_idle stream still waits for its background
     tasks: then it stays ``in_progress`` until the stream's last continuation turn."""
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         if run.options.get("until_idle") and background_work_left(run.pk):
             log.flush_sync()
             return
@@ -340,6 +340,13 @@ def complete_run(run: Run, log: ChunkLog) -> None:
         if completed:
             _record_final_event(events.RUN_COMPLETED, run.pk, run.agent_id)
     run.status = Run.Status.COMPLETED
+
+
+def record_answer(run: Run, log: ChunkLog, *, message_id: str, text: str, usage: dict, started_at: Any) -> None:
+    """The model answered without tools: its step and the run's completion commit together."""
+    with transaction.atomic():
+        record_model_step(run, log, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at)
+        complete_run(run, log)
 
 
 def finish_idle_run(run_id: str, agent_id: str) -> None:
