@@ -169,6 +169,9 @@ def processes(transactional_db, tmp_path):
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )
+    # The browser tests' conftest (imported whenever tests/ is collected) sets this for its own process;
+    # a server must run with Django's async safety on, as in production (its deploy check refuses it).
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     procs = Processes(env, tmp_path)
     _running.append(procs)
     yield procs
