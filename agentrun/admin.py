@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.utils import quote as admin_quote
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -33,14 +35,15 @@ from agentrun.models import (
 
 
 def admin_link(model: str, pk: Any, text: Any = None) -> str:
+    """A link to an object's change page; ids may hold any character ("/", "_2F", …): admin-quoted."""
     if pk is None:
         return "—"
-    url = reverse(f"admin:agentrun_{model}_change", args=[pk])
+    url = reverse(f"admin:agentrun_{model}_change", args=[admin_quote(pk)])
     return format_html('<a href="{}">{}</a>', url, text if text is not None else pk)
 
 
 def changelist_link(model: str, text: str, **filters: Any) -> str:
-    query = "&".join(f"{k}={v}" for k, v in filters.items())
+    query = urlencode(filters)
     return format_html('<a href="{}?{}">{}</a>', reverse(f"admin:agentrun_{model}_changelist"), query, text)
 
 
