@@ -162,3 +162,32 @@ def test_inbox_sorts_and_filters_by_agent_tool_risk_and_resource(reviewer):
     page = client.get(reverse("approvals:inbox"), {"risk": "high"}).content.decode()
     # The agent counts follow the other filters.
     assert re.search(r'data-agent-id="support-agent">.*?<strong class="n">1</strong>', page)
+
+
+# --- history ---------------------------------------------------------------------------------------
+def test_history_and_the_rest_trail_filter_alike(reviewer):
+    client, _ = reviewer
+    runs = {t: suspend("send-email", EMAIL, thread=t, resource=f"res-{i}") for i, t in enumerate(["h/a?", "h b#"])}
+    for run_id in runs.values():
+        record_decision(agent_id="support-agent", run_id=run_id, kind="decline", decided_by="rita")
+    for thread, run_id in runs.items():
+        page = client.get(reverse("approvals:history"), {"thread": thread}).content.decode()
+        rest = client.get("/api/decisions", {"threadId": thread}).json()["data"]
+        shown = re.findall(r'data-decision-id="([^"]+)"', page)
+        assert shown == [d["id"] for d in rest] and len(shown) == 1
+        assert rest[0]["runId"] == run_id
+    page = client.get(reverse("approvals:history"), {"resource": "res-1"}).content.decode()
+    assert re.findall(r'data-decision-id="([^"]+)"', page) == [
+        d["id"] for d in client.get("/api/decisions", {"threadId": "h b#"}).json()["data"]
+    ]
+
+
+def test_history_shows_edited_args_as_a_diff_and_times_with_their_zone(reviewer):
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread="t-diff", resource="ann")
+    record_decision(agent_id="support-agent", run_id=run_id, kind="approve", args=dict(EMAIL, to="<b>bob</b>"))
+    page = client.get(reverse("approvals:history")).content.decode()
+    assert '<del title="original">ann@example.com</del>' in page
+    assert '<ins title="ran with">&lt;b&gt;bob&lt;/b&gt;</ins>' in page
+    assert re.search(r"<time datetime=\"[^\"]+\">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>", page)
+    assert 'data-label="Resource">ann</td>' in page
