@@ -204,3 +204,32 @@ def test_history_has_thread_resource_zone_diff_and_fits_375px(login):
     for cell in row.locator("td").all():
         box = cell.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 375, cell.get_attribute("data-label")
+
+
+def test_every_page_has_a_favicon_and_a_clean_console(chromium, live_server_url, users):
+    from tests.e2e.conftest import PASSWORD
+
+    context = chromium.new_context(base_url=live_server_url)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    try:
+        page.goto("/accounts/login/")
+        icon = page.locator('link[rel="icon"]').get_attribute("href")
+        response = page.request.get(icon)
+        assert response.status == 200 and response.headers["content-type"].startswith("image/svg")
+        page.get_by_label("Username").fill("rita")
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(re.compile(r"/approvals/$"))
+        run_id, _ = suspend("send-email", EMAIL, thread=unique("t-icon"))
+        for url in ("/approvals/", "/approvals/history/", f"/approvals/runs/{run_id}/"):
+            page.goto(url)
+            page.wait_for_load_state("networkidle")
+        # Pages without our <link rel="icon"> (the admin's, the API docs) get it at /favicon.ico.
+        favicon = page.request.get("/favicon.ico")
+        assert favicon.status == 200 and favicon.headers["content-type"].startswith("image/svg")
+    finally:
+        context.close()
+    assert not problems, problems
