@@ -35,11 +35,9 @@ INBOX_CALLS_PER_ROW = 5
 
 @dataclass
 class InboxRow:
-    """One thread (of one agent and resource) with open calls: what waits there, and since when."""
+    """One thread with open calls: what waits there, for whom, and since when."""
 
     thread_id: str
-    agent_id: str
-    resource_id: str | None
     open_count: int
     oldest: Any
     newest: Any
@@ -53,6 +51,14 @@ class InboxRow:
     @property
     def more(self) -> int:
         return self.open_count - len(self.calls)
+
+    @property
+    def agent_ids(self) -> list[str]:
+        return sorted({c.call.run.agent_id for c in self.calls})
+
+    @property
+    def resource_ids(self) -> list[str]:
+        return sorted({c.call.run.resource_id for c in self.calls if c.call.run.resource_id})
 
 
 def inbox_open_calls(
@@ -82,39 +88,31 @@ def inbox_open_calls(
 
 
 def inbox_rows(*, newest_first: bool = False, **filters: Any) -> list[InboxRow]:
-    """The inbox: one row per (thread, agent, resource) with matching open calls, each row naming its
-    calls (tool, arguments, risk). Oldest wait first, or most recent call first.
+    """The inbox: one row per thread with matching open calls, each row naming its calls (tool,
+    arguments, risk, agent, resource). Oldest wait first, or most recent call first.
 
     Three queries whatever the number of rows: the grouped rows, their calls, and the inner calls of
     sub-agent calls among them (``open_call_views``).
     """
     calls = inbox_open_calls(**filters)
     order = ("-newest", "run__thread_id") if newest_first else ("oldest", "run__thread_id")
-    groups = list(
-        calls.values("run__thread_id", "run__agent_id", "run__resource_id")
+    groups = (
+        calls.values("run__thread_id")
         .annotate(open_count=Count("id"), oldest=Min("created_at"), newest=Max("created_at"))
         .order_by(*order)[:INBOX_MAX_ROWS]
     )
     rows = {
-        (g["run__thread_id"], g["run__agent_id"], g["run__resource_id"]): InboxRow(
-            thread_id=g["run__thread_id"],
-            agent_id=g["run__agent_id"],
-            resource_id=g["run__resource_id"],
-            open_count=g["open_count"],
-            oldest=g["oldest"],
-            newest=g["newest"],
+        g["run__thread_id"]: InboxRow(
+            thread_id=g["run__thread_id"], open_count=g["open_count"], oldest=g["oldest"], newest=g["newest"]
         )
         for g in groups
     }
     if not rows:
         return []
-    members = calls.filter(
-        run__thread_id__in={k[0] for k in rows}, run__agent_id__in={k[1] for k in rows}
-    ).select_related("run")
+    members = calls.filter(run__thread_id__in=list(rows)).select_related("run")
     for view in open_call_views(list(members.order_by("created_at", "run_id", "position", "id"))):
-        run = view.call.run
-        row = rows.get((run.thread_id, run.agent_id, run.resource_id))
-        if row is not None and len(row.calls) < INBOX_CALLS_PER_ROW:
+        row = rows[view.call.run.thread_id]
+        if len(row.calls) < INBOX_CALLS_PER_ROW:
             row.calls.append(view)
     return list(rows.values())
 

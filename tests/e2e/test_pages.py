@@ -171,7 +171,7 @@ def test_run_page_shows_what_an_edited_call_ran_with(login):
     expect(diff).to_be_visible()
     expect(diff.locator("del")).to_have_text("ann@example.com")
     expect(diff.locator("ins")).to_have_text("bob@example.com")
-    expect(call).to_contain_text("edited by")
+    expect(call.locator(".tag.info")).to_have_text("edited")
     # The original is struck through, the value that ran is not.
     assert "line-through" in diff.locator("del").evaluate("e => getComputedStyle(e).textDecorationLine")
     assert "line-through" not in diff.locator("ins").evaluate("e => getComputedStyle(e).textDecorationLine")
