@@ -18,9 +18,12 @@ from typing import Any
 
 import psycopg
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
+from django.db.models import Min
+from django.tasks import TaskResultStatus
+from django.utils import timezone
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
 from django_tasks_db.management.commands.db_worker import Worker
-from django_tasks_db.models import DBTaskResult
+from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from agentrun import health
@@ -67,12 +70,25 @@ class WakingWorker(Worker):
         super().__init__(**kwargs)
         self.listener = TaskListener() if connection.vendor == "postgresql" else None
 
-    def _claim(self) -> DBTaskResult | None:
-        tasks = DBTaskResult.objects.ready().filter(backend_name=self.backend_name)
+    def _mine(self, tasks: Any) -> Any:
+        tasks = tasks.filter(backend_name=self.backend_name)
         if not self.process_all_queues:
             tasks = tasks.filter(queue_name__in=self.queue_names)
         if self.excluded_queue_names:
             tasks = tasks.exclude(queue_name__in=self.excluded_queue_names)
+        return tasks
+
+    def _idle_seconds(self) -> float:
+        """How long to wait for a notification: the poll interval, or less if a deferred task of this
+        worker's queues (``run_after``: a webhook's retry) falls due sooner."""
+        now = timezone.now()
+        deferred = DBTaskResult.objects.filter(status=TaskResultStatus.READY, run_after__gt=now)
+        deferred = self._mine(deferred.exclude(run_after=get_date_max()))  # get_date_max(): "no run_after"
+        due = deferred.aggregate(due=Min("run_after"))["due"]
+        return self.interval if due is None else max(0.0, min(self.interval, (due - now).total_seconds()))
+
+    def _claim(self) -> DBTaskResult | None:
+        tasks = self._mine(DBTaskResult.objects.ready())
         with exclusive_transaction(tasks.db):
             try:
                 task_result = tasks.get_locked()
@@ -101,7 +117,7 @@ class WakingWorker(Worker):
                     if self.batch:
                         return
                     if self.listener is not None:
-                        self.listener.wait(self.interval)
+                        self.listener.wait(self._idle_seconds())
                     else:
                         time.sleep(self.interval)
         finally:
