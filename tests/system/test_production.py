@@ -160,7 +160,7 @@ def test_sigterm_stops_every_process_gracefully_within_the_drain_bound(processes
     drain = 4
     script, ports, _ = start(processes, web=2, workers=2, env={"AGENTRUN_DRAIN_SECONDS": str(drain)})
     pids = children(processes)
-    assert len(pids) == 4 and all(alive(pid) for pid in pids.values())
+    assert len(pids) == 5 and all(alive(pid) for pid in pids.values())  # 2 web, 2 workers, 1 notify
     stopped = time.monotonic()
     script.send_signal(signal.SIGTERM)
     script.wait(timeout=drain + 5 + 5)
@@ -168,6 +168,6 @@ def test_sigterm_stops_every_process_gracefully_within_the_drain_bound(processes
     assert script.returncode == 0
     assert not [name for name, pid in pids.items() if alive(pid)], "every process is gone"
     log = processes.log("production")
-    assert "SIGTERM: stopping 4 processes" in log and "all processes stopped" in log
+    assert "SIGTERM: stopping 5 processes" in log and "all processes stopped" in log
     assert "SIGKILL" not in log, "each process stopped on SIGTERM, none had to be killed"
     assert all(healthz_status(port) is None for port in ports)

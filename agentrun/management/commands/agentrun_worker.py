@@ -31,6 +31,7 @@ from agentrun.engine.sweeper import run_forever
 
 logger = logging.getLogger("agentrun.worker")
 RETRY_SECONDS = 2.0
+SWEEPER_JOIN_SECONDS = 3.0
 WAKEUP_CHANNEL = "agentrun_tasks"
 
 
@@ -131,7 +132,11 @@ class Command(DbWorkerCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self.configure_logging(options["verbosity"])
         health.process_role = "worker"  # its heartbeats (each sweep) say so on /healthz
-        threading.Thread(target=lambda: asyncio.run(run_forever()), name="agentrun-sweeper", daemon=True).start()
+        stop_sweeping = threading.Event()
+        sweeper = threading.Thread(
+            target=lambda: asyncio.run(run_forever(stop=stop_sweeping)), name="agentrun-sweeper", daemon=True
+        )
+        sweeper.start()
         queue_names = options["queue_name"].split(",")
         worker = WakingWorker(
             queue_names=queue_names,
@@ -144,13 +149,18 @@ class Command(DbWorkerCommand):
             excluded_queue_names=options["exclude_queues"].split(",") if options["exclude_queues"] else [],
         )
         worker.configure_signals()
-        while True:
-            try:
-                worker.run()
-                return  # stopped by a signal, --batch or --max-tasks
-            except (OperationalError, InterfaceError):
-                # The claiming query fails while the database restarts: wait and poll again instead of
-                # exiting (a worker that exits takes its share of the work with it).
-                logger.warning("database unavailable; polling again in %.0f s", RETRY_SECONDS, exc_info=True)
-                connections.close_all()
-                time.sleep(RETRY_SECONDS)
+        try:
+            while True:
+                try:
+                    worker.run()
+                    return  # stopped by a signal, --batch or --max-tasks
+                except (OperationalError, InterfaceError):
+                    # The claiming query fails while the database restarts: wait and poll again instead
+                    # of exiting (a worker that exits takes its share of the work with it).
+                    logger.warning("database unavailable; polling again in %.0f s", RETRY_SECONDS, exc_info=True)
+                    connections.close_all()
+                    time.sleep(RETRY_SECONDS)
+        finally:
+            # Let a sweep round in progress end before the interpreter does (it would fail, and log so).
+            stop_sweeping.set()
+            sweeper.join(timeout=SWEEPER_JOIN_SECONDS)
