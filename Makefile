@@ -22,7 +22,7 @@ setup: $(BIN)/.installed
 demo: setup
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput
 	DEBUG=1 $(BIN)/python manage.py demo_seed
-	@echo "agentrun demo on http://$(HOST):$(PORT)/approvals/  (admin: /admin/, API docs: /api/docs/)"
+	@echo "agentrun demo on http://$(HOST):$(PORT)/approvals/  (admin: /admin/, API docs: /api/docs/; another port: make demo PORT=8080)"
 	DEBUG=1 $(BIN)/daphne -b $(HOST) -p $(PORT) agentrun.asgi:application
 
 ## Debian's chromium for the browser tests (root installs it; nothing is downloaded by playwright).

@@ -1,4 +1,5 @@
-"""Reads. ``list_suspended_runs`` is the listing contract: snapshots, filtered and paged in SQL."""
+"""Reads. ``list_suspended_runs`` is the listing contract: snapshots, filtered and paged in SQL.
+``decision_history`` is the audit trail's one filter (REST and the dashboard)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError
-from agentrun.models import Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
+from agentrun.models import Decision, Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
 from agentrun.timeutil import iso, parse_datetime_bound
 
 MAX_PER_PAGE = 1000
@@ -206,3 +207,41 @@ def _open_total(
         scope, scope_id = SnapshotCount.Scope.RESOURCE, resource_id
     counters = SnapshotCount.objects.filter(agent_id=agent_id, scope=scope, scope_id=scope_id)
     return counters.aggregate(total=Coalesce(Sum("snapshots"), Value(0)) - expired)["total"]
+
+
+def decision_history(
+    *,
+    hidden: frozenset[str] = frozenset(),
+    agent_id: str | None = None,
+    thread_id: str | None = None,
+    run_id: str | None = None,
+    resource_id: str | None = None,
+    decided_by: str | None = None,
+    kind: str | None = None,
+    from_date: datetime | str | None = None,
+    to_date: datetime | str | None = None,
+) -> QuerySet[Decision]:
+    """The audit trail, filtered: what ``GET /api/decisions`` and the dashboard's history page both read.
+
+    ``hidden``: agents the reader is outside of (``agentrun.access.hidden_agent_ids``). Empty filters
+    are ignored; dates bound ``decidedAt`` inclusively (``INVALID_DATE`` otherwise). Unordered: the
+    caller pages it (cursor or page number) on ``(decided_at, id)``.
+    """
+    decisions = Decision.objects.all()
+    if hidden:
+        decisions = decisions.exclude(agent_id__in=hidden)
+    for field, value in (
+        ("agent_id", agent_id),
+        ("thread_id", thread_id),
+        ("run_id", run_id),
+        ("run__resource_id", resource_id),
+        ("decided_by_username", decided_by),
+        ("kind", kind),
+    ):
+        if value:
+            decisions = decisions.filter(**{field: value})
+    if (start := parse_datetime_bound(from_date, "fromDate")) is not None:
+        decisions = decisions.filter(decided_at__gte=start)
+    if (end := parse_datetime_bound(to_date, "toDate")) is not None:
+        decisions = decisions.filter(decided_at__lte=end)
+    return decisions

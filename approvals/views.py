@@ -14,7 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -23,10 +23,11 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
-from agentrun.access import can_decide, can_decide_agent, can_view, hidden_agent_ids, only_visible
+from agentrun.access import can_decide, can_decide_agent, can_view, hidden_agent_ids
 from agentrun.engine.service import DecisionRequest, decide_tool_call, decide_tool_calls
 from agentrun.errors import AgentRunError
 from agentrun.models import Decision, Run, SuspendedToolCall, Thread
+from agentrun.selectors import decision_history
 from approvals import selectors
 from approvals.resume_form import attach_engine_errors, json_error, parse_resume_form
 from approvals.selectors import OpenCallView
@@ -74,14 +75,18 @@ def _page(request: HtmxHttpRequest, template: str, section: str, context: dict, 
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = {
         "agent_id": request.GET.get("agent", "").strip(),
-        "resource_id": request.GET.get("resource", "").strip(),
+        "resource_id": request.GET.get("resource", ""),  # ids are kept as they are: " x" is an id
         "tool_name": request.GET.get("tool", "").strip(),
+        "risk": request.GET.get("risk", "").strip(),
     }
+    sort = "newest" if request.GET.get("sort") == "newest" else "oldest"
     hidden = hidden_agent_ids(request.user)
     context = {
-        "threads": selectors.inbox_threads(**filters, hidden=hidden),
+        "rows": selectors.inbox_rows(**filters, newest_first=sort == "newest", hidden=hidden),
         "filters": filters,
-        "choices": selectors.inbox_filter_choices(hidden),
+        "sort": sort,
+        "choices": selectors.inbox_facets(**filters, hidden=hidden),
+        "risks": SuspendedToolCall.Risk.choices,
         "query": request.GET.urlencode(),
     }
     return _page(request, "approvals/inbox.html", "threads", context)
@@ -134,6 +139,15 @@ def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
         context["calls"] = [c for c in context["calls"] if c.tool_call_id not in known]
         return render(request, "approvals/thread.html#live-delta", context)
     return _page(request, "approvals/thread.html", "calls", context)
+
+
+@require_GET
+def thread_by_query(request: HtmxHttpRequest) -> HttpResponse:
+    """``threads/?id=<id>``: the thread page of an id that cannot be a path segment ("." and "..")."""
+    thread_id = request.GET.get("id", "")
+    if not thread_id:
+        raise Http404("No such thread.")
+    return thread_detail(request, thread_id)
 
 
 def _parse_edited_args(text: str) -> Any:
@@ -374,12 +388,13 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     messages = list(run.messages.order_by("created_at", "id"))
     final_answer = next((m for m in reversed(messages) if m.role == "assistant" and m.content), None)
     last_seq = run.next_seq - 1
+    decisions = list(run.decisions.annotate(resource_id=F("run__resource_id")).order_by("decided_at", "id"))
     context = {
         "run": run,
         "messages": messages,
         "final_answer": final_answer if run.is_final else None,
-        "steps": list(run.steps.order_by("created_at", "id")),
-        "decisions": list(run.decisions.order_by("decided_at", "id")),
+        "steps": selectors.timeline_steps(run, decisions),
+        "decisions": decisions,
         "open_calls": list(run.suspended_calls.filter(status=SuspendedToolCall.Status.OPEN)),
         "child_runs": list(run.child_runs.exclude(agent_id__in=hidden).order_by("created_at", "id")),
         "stream_state": {"runId": run.id, "after": last_seq, "final": run.is_final, "status": run.status},
@@ -393,27 +408,24 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 @viewer_required
 def history(request: HtmxHttpRequest) -> HttpResponse:
     filters = {
-        "agent": request.GET.get("agent", "").strip(),
+        "agent_id": request.GET.get("agent", "").strip(),
         "decided_by": request.GET.get("decided_by", "").strip(),
         "kind": request.GET.get("kind", "").strip(),
+        "thread_id": request.GET.get("thread", ""),
+        "resource_id": request.GET.get("resource", ""),
     }
-    visible = only_visible(Decision.objects.all(), request.user)
-    decisions = visible.order_by("-decided_at", "-id")
-    if filters["agent"]:
-        decisions = decisions.filter(agent_id=filters["agent"])
-    if filters["decided_by"]:
-        decisions = decisions.filter(Q(decided_by_username=filters["decided_by"]))
-    if filters["kind"]:
-        decisions = decisions.filter(kind=filters["kind"])
+    hidden = hidden_agent_ids(request.user)
+    decisions = selectors.history_decisions(hidden=hidden, **filters)
     page = Paginator(decisions, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
+    visible = decision_history(hidden=hidden).order_by()  # the filter menus' values
     context = {
         "page": page,
         "filters": filters,
         "kinds": Decision.Kind.choices,
-        "agents": sorted(set(visible.values_list("agent_id", flat=True).distinct())),
-        "deciders": sorted({u for u in visible.values_list("decided_by_username", flat=True).distinct() if u}),
+        "agents": sorted(visible.values_list("agent_id", flat=True).distinct()),
+        "deciders": sorted(u for u in visible.values_list("decided_by_username", flat=True).distinct() if u),
         "query": query.urlencode(),
     }
     return _page(request, "approvals/history.html", "decisions", context)

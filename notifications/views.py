@@ -26,10 +26,10 @@ from agentrun.engine.decisions import decision_for_call
 from agentrun.errors import AgentRunError
 from agentrun.models import Run, SuspendedToolCall
 from approvals.selectors import open_call_views
+from approvals.urls import thread_path
 from approvals.views import HtmxHttpRequest, viewer_required
 from notifications import grants, links
 from notifications.models import DecisionLink, NotificationPreference
-from notifications.payloads import thread_path
 
 ALREADY_DECIDED_CODES = {"TOOL_CALL_ALREADY_DECIDED", "RUN_NOT_SUSPENDED", "RUN_NOT_FOUND", "TOOL_CALL_NOT_SUSPENDED"}
 LINK_STATUS = {"open": 200, "done": 200, "used": 410, "expired": 410, "closed": 409, "forbidden": 403, "invalid": 404}

@@ -42,7 +42,8 @@
     showState("syncing", "reconnected — syncing…");
     var url = location.pathname + location.search;
     if (target === "#calls") {
-      url = document.querySelector(".thread-page").dataset.threadUrl + "?resync=1&known=" +
+      var threadUrl = document.querySelector(".thread-page").dataset.threadUrl; // "…/?id=.." for "." and ".."
+      url = threadUrl + (threadUrl.indexOf("?") < 0 ? "?" : "&") + "resync=1&known=" +
         encodeURIComponent(window.approvals.knownCallIds());
     }
     htmx.ajax("GET", url, { target: target, swap: "outerHTML" }).then(function () {

@@ -10,7 +10,6 @@ import pytest
 from playwright.sync_api import expect
 
 from agentrun.models import Decision, Message, Run, ToolEffect
-from tests.e2e.conftest import screenshot
 
 pytestmark = pytest.mark.e2e
 
@@ -54,19 +53,11 @@ def test_inbox_shows_a_new_suspended_run_live_then_approve(login, suspend):
     expect(row).to_be_visible(timeout=3_000)
     expect(row).to_contain_text("1 open call")
     assert page.evaluate("window.__notReloaded") is True  # appeared without a reload
-    screenshot(page, "inbox-desktop")
-    page.set_viewport_size({"width": 375, "height": 800})
-    screenshot(page, "inbox-375")
-    page.set_viewport_size({"width": 1280, "height": 900})
 
     row.get_by_role("link", name=thread).click()
     card = call_card(page, call_id)
     expect(card).to_contain_text("Send an email to a customer.")
     expect(card.get_by_label("Arguments (JSON)")).to_have_value(re.compile(r'"to": "ann@example.com"'))
-    screenshot(page, "thread-desktop")
-    page.set_viewport_size({"width": 375, "height": 800})
-    screenshot(page, "thread-375")
-    page.set_viewport_size({"width": 1280, "height": 900})
 
     card.get_by_role("button", name="Approve", exact=True).click()
     expect(card).to_have_count(0)  # the call left the page
@@ -75,12 +66,6 @@ def test_inbox_shows_a_new_suspended_run_live_then_approve(login, suspend):
     expect(answer).to_contain_text('send-email: {"sent": true, "to": "ann@example.com"}')
     expect(page.locator(".timeline")).to_contain_text("Tool Calls")
     expect(page.locator("table.decisions")).to_contain_text("rita")
-    screenshot(page, "run-desktop")
-    page.set_viewport_size({"width": 375, "height": 800})
-    screenshot(page, "run-375")
-    page.emulate_media(color_scheme="dark")
-    screenshot(page, "run-375-dark")
-    page.emulate_media(color_scheme="light")
 
     # The inbox no longer lists the thread.
     page.goto("/approvals/")
