@@ -95,6 +95,11 @@ class Run(models.Model):
         permissions = [("start_run", "Can start runs"), ("cancel_run", "Can cancel runs")]
         indexes = [
             models.Index(fields=["thread", "created_at"], name="run_thread_created"),
+            # Serves the sweep's expired-lease query (store.claim_stalled_runs): only runs being driven
+            # (or dispatched) hold a lease, so its cost follows the runs in flight, not the history.
+            models.Index(
+                fields=["lease_expires_at"], name="run_lease_expiry", condition=Q(lease_owner__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -254,6 +259,8 @@ class Snapshot(models.Model):
             models.Index(fields=["agent_id", "-created_at", "-run"], name="snapshot_agent_created"),
             models.Index(fields=["agent_id", "thread_id", "-created_at", "-run"], name="snapshot_agent_thread"),
             models.Index(fields=["agent_id", "resource_id", "-created_at", "-run"], name="snapshot_agent_resource"),
+            # Serves the sweep's expiry query (decisions.expire_due_runs): waiting runs with a TTL only.
+            models.Index(fields=["expires_at"], name="snapshot_expiry", condition=Q(expires_at__isnull=False)),
             # Serves the listing total's correction: the agent's snapshots past their time to live that the
             # sweeper has not removed yet (WHERE agent_id = ? AND expires_at <= now), few by construction.
             models.Index(
@@ -362,6 +369,11 @@ class SuspendedToolCall(models.Model):
                 fields=["timeout_at"],
                 name="suspended_call_timeout",
                 condition=Q(status="open", timeout_at__isnull=False),
+            ),
+            # Serves the sweep's undriven-decision query (store.claim_stalled_runs): decided calls whose
+            # continuation never started; the open calls people are still looking at are not in it.
+            models.Index(
+                fields=["run"], name="suspended_call_decided", condition=Q(status__in=["decided", "executing"])
             ),
         ]
 

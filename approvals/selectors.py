@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agentrun.engine.agents import get_agent
 from agentrun.errors import AgentRunError
-from agentrun.models import Decision, Message, Snapshot, SuspendedToolCall
+from agentrun.models import Decision, Message, Snapshot, SuspendedToolCall, args_fingerprint
 from approvals.resume_form import ResumeField, build_fields
 
 OPEN = SuspendedToolCall.Status.OPEN
@@ -75,20 +75,23 @@ def inbox_filter_choices(hidden: frozenset[str] = frozenset()) -> dict[str, list
 
 @dataclass
 class OpenCallView:
-    """An open call as the thread page shows it."""
+    """An open call as the thread page shows it: one card (a sub-agent's call is the supervisor's
+    surfaced call, showing the inner call that would run)."""
 
     call: SuspendedToolCall
     description: str
     args: Any  # the arguments the tool would run with (the inner call's for a sub-agent call)
     inner_tool_name: str | None
     resume_fields: list[ResumeField] | None
-    # Form state after a rejected submission (shown inline, nothing decided).
+    reason: str = ""  # the agent's last text before the call: why it wants this
+    # Form state after a submission that decided nothing (shown inline).
     error: str = ""
     error_items: list[str] = field(default_factory=list)
     failed_action: str = ""
     edit_text: str | None = None
-    reason: str = ""
+    note: str = ""  # the reason box's text, kept
     resume_json: str = ""
+    confirming: str = ""  # a high-risk approval waiting for its second step: "approve" | "edit"
 
     @property
     def tool_call_id(self) -> str:
@@ -99,6 +102,30 @@ class OpenCallView:
         return self.call.requires_approval
 
     @property
+    def risk(self) -> str:
+        return self.call.risk
+
+    @property
+    def high_risk(self) -> bool:
+        return self.call.risk == SuspendedToolCall.Risk.HIGH
+
+    @property
+    def title(self) -> str:
+        """What would run: ``refund``, or ``billing-agent → refund`` for a sub-agent's call."""
+        if self.inner_tool_name:
+            return f"{self.call.inner_agent_id} → {self.inner_tool_name}"
+        return self.call.tool_name
+
+    @property
+    def fingerprint(self) -> str:
+        """The displayed arguments' fingerprint, sent with every decision (``ARGS_CHANGED`` if stale)."""
+        return args_fingerprint(self.args)
+
+    @property
+    def editing(self) -> bool:
+        return self.edit_text is not None
+
+    @property
     def edit_value(self) -> str:
         return self.args_json if self.edit_text is None else self.edit_text
 
@@ -107,8 +134,34 @@ class OpenCallView:
         return json.dumps(self.args, indent=2, ensure_ascii=False, sort_keys=False)
 
     @property
+    def question(self) -> str:
+        """A ``suspend()`` call's question as prose (``{"question": ...}`` or a plain string payload)."""
+        payload = self.call.suspend_payload
+        if isinstance(payload, str):
+            return payload
+        if isinstance(payload, dict):
+            for key in QUESTION_KEYS:
+                if isinstance(payload.get(key), str):
+                    return payload[key]
+        return ""
+
+    @property
+    def payload_extra(self) -> Any:
+        """What the payload holds besides its question (shown as JSON only when there is any)."""
+        payload = self.call.suspend_payload
+        if not self.question:
+            return payload
+        if isinstance(payload, dict):
+            rest = {k: v for k, v in payload.items() if k not in QUESTION_KEYS}
+            return rest or None
+        return None
+
+    @property
     def payload_json(self) -> str:
-        return json.dumps(self.call.suspend_payload, indent=2, ensure_ascii=False)
+        return json.dumps(self.payload_extra, indent=2, ensure_ascii=False)
+
+
+QUESTION_KEYS = ("question", "prompt", "message", "text")
 
 
 def _description(agent_id: str, tool_name: str) -> str:
@@ -117,6 +170,42 @@ def _description(agent_id: str, tool_name: str) -> str:
     except AgentRunError:
         return ""
     return tool.description if tool is not None else ""
+
+
+def validate_edited_args(view: OpenCallView, args: Any) -> None:
+    """Raise the engine's ``ARGS_INVALID`` for edited arguments its tool would refuse (nothing decided)."""
+    agent_id = view.call.inner_agent_id if view.inner_tool_name else view.call.run.agent_id
+    tool_name = view.inner_tool_name or view.call.tool_name
+    tool = get_agent(agent_id or "").tools.get(tool_name)
+    if tool is not None:
+        tool.validate_args(args)
+
+
+def _reasons(calls: list[SuspendedToolCall], inner: dict[tuple[str, str], SuspendedToolCall]) -> dict[str, str]:
+    """Per run: what the agent last said before each of its calls (one query).
+
+    The reason of a call is the text of the assistant message that made it, else the run's latest
+    assistant text before it. A sub-agent's call is explained by the sub-agent's own words.
+    """
+    run_ids = {c.run_id for c in calls} | {k[0] for k in inner}
+    said = (
+        Message.objects.filter(run_id__in=run_ids, role=Message.Role.ASSISTANT)
+        .exclude(content="")
+        .order_by("created_at", "id")
+        .values_list("run_id", "content", "tool_calls", "created_at")
+    )
+    said = list(said)
+    reasons: dict[str, str] = {}
+    for c in [*calls, *inner.values()]:
+        best = ""
+        for run_id, content, tool_calls, created_at in said:
+            if run_id != c.run_id or created_at > c.created_at:
+                continue
+            best = content
+            if any(isinstance(t, dict) and t.get("id") == c.tool_call_id for t in tool_calls or []):
+                break
+        reasons[f"{c.run_id} {c.tool_call_id}"] = best.strip()
+    return reasons
 
 
 def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
@@ -128,12 +217,15 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
         for run_id, tool_call_id in inner_keys:
             q |= Q(run_id=run_id, tool_call_id=tool_call_id)
         inner = {(c.run_id, c.tool_call_id): c for c in SuspendedToolCall.objects.filter(q)}
+    reasons = _reasons(calls, inner) if calls else {}
     views = []
     for c in calls:
         inner_call = inner.get((c.inner_run_id, c.inner_tool_call_id)) if c.inner_run_id else None
+        reason = reasons.get(f"{c.run_id} {c.tool_call_id}", "")
         if inner_call is not None:
             description = _description(c.inner_agent_id or "", inner_call.tool_name)
             args, inner_name = inner_call.args, inner_call.tool_name
+            reason = reasons.get(f"{inner_call.run_id} {inner_call.tool_call_id}") or reason
         else:
             description = _description(c.run.agent_id, c.tool_name)
             args, inner_name = c.args, None
@@ -144,16 +236,26 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
                 args=args,
                 inner_tool_name=inner_name,
                 resume_fields=None if c.requires_approval else build_fields(c.resume_schema),
+                reason=reason,
             )
         )
     return views
 
 
 def thread_open_calls(thread_id: str, hidden: frozenset[str] = frozenset()) -> list[SuspendedToolCall]:
+    """The thread's open calls, one per decision to make: a sub-agent's call that its supervisor
+    surfaces is shown (and decided) as the supervisor's call only."""
+    surfaced = SuspendedToolCall.objects.filter(
+        status=OPEN,
+        inner_run_id=OuterRef("run_id"),
+        inner_tool_call_id=OuterRef("tool_call_id"),
+        run__snapshot__in=live_snapshots(hidden),
+    )
     return list(
         SuspendedToolCall.objects.filter(
             status=OPEN, run__thread_id=thread_id, run__snapshot__in=live_snapshots(hidden)
         )
+        .exclude(Exists(surfaced))
         .select_related("run")
         .order_by("created_at", "run_id", "position", "id")
     )

@@ -129,7 +129,11 @@ def grant_create(request: HtmxHttpRequest) -> HttpResponse:
             raise AgentRunError("TOOL_CALL_NOT_SUSPENDED", "This call no longer waits.")
         seconds = float(expires_in) if expires_in else None
         grant, outcome = grants.grant_from_call(
-            user=request.user, call=call, scope=request.POST.get("scope", ""), expires_in=seconds
+            user=request.user,
+            call=call,
+            scope=request.POST.get("scope", ""),
+            expires_in=seconds,
+            args_fingerprint=request.POST.get("args_fingerprint") or None,
         )
     except ValueError:
         context["error"] = "Choose how long the grant lasts."

@@ -517,12 +517,13 @@ def _notify_decided(run: Run, decisions: list[Decision], tool_call_ids: list[str
 
 
 # --- expiry -------------------------------------------------------------------------------------
-def expire_run_if_due(run_id: str) -> bool:
-    """Expire a waiting run whose TTL has passed (the sweeper does the same for every due run)."""
+def expire_run_if_due(run_id: str, *, skip_locked: bool = False) -> bool:
+    """Expire a waiting run whose TTL has passed (the sweeper does the same for every due run).
+    ``skip_locked``: a run someone else holds locked is left alone (a sweeper; the next round sees it)."""
     if not Snapshot.objects.filter(run_id=run_id, expires_at__lte=timezone.now()).exists():
         return False
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        run = Run.objects.select_for_update(skip_locked=skip_locked).filter(pk=run_id).first()
         if run is None or run.status != Run.Status.SUSPENDED or not run.expires_at or run.expires_at > timezone.now():
             return False
         now = timezone.now()
@@ -554,9 +555,16 @@ def _end_waiting_run(run: Run, *, status: str, step_status: str, now: datetime) 
     )
 
 
-def expire_due_runs() -> int:
-    due = Snapshot.objects.filter(expires_at__lte=timezone.now()).values_list("run_id", flat=True)
-    return sum(expire_run_if_due(run_id) for run_id in list(due))
+def due_runs(limit: int):  # noqa: ANN201 - a queryset of run ids
+    """The ``limit`` most overdue waiting runs (on the partial index ``snapshot_expiry``)."""
+    due = Snapshot.objects.filter(expires_at__lte=timezone.now()).order_by("expires_at")
+    return due.values_list("run_id", flat=True)[:limit]
+
+
+def expire_due_runs(limit: int = 100) -> int:
+    """The sweep's expiry: several sweepers share the due runs, each skipping the runs another one
+    holds (``SKIP LOCKED``) instead of waiting for them."""
+    return sum(expire_run_if_due(run_id, skip_locked=True) for run_id in list(due_runs(limit)))
 
 
 # --- cancellation -------------------------------------------------------------------------------

@@ -114,16 +114,39 @@ def renew_lease(run_id: str, owner: str) -> bool:
     return Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_expires_at=timezone.now() + lease_ttl()) == 1
 
 
-def claim_for_dispatch(run_id: str) -> bool:
-    """Mark a stalled run (no lease, or an expired one) as dispatched; False if another sweeper did."""
+def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
+    """Runs nobody drives although they should be driven, claimed for this sweeper: a lease that
+    expired (its holder died), or a decision whose continuation never started within a lease period.
+
+    Each is marked dispatched (a ``dispatch:…`` lease) in the transaction that finds it, so it is
+    dispatched once per lease period whatever the number of sweepers; rows another sweeper is
+    claiming are skipped (``SKIP LOCKED``), never waited for. Both queries run on partial indexes
+    (``run_lease_expiry``, ``suspended_call_decided``): their cost follows the runs in flight.
+    Returns ``(agent_id, run_id)`` pairs.
+    """
     now = timezone.now()
-    return (
-        Run.objects.filter(pk=run_id)
-        .exclude(status__in=Run.FINAL_STATUSES)
-        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
-        .update(lease_owner=f"{DISPATCH_OWNER_PREFIX}{new_id('lease')[-12:]}", lease_expires_at=now + lease_ttl())
-        == 1
-    )
+    grace = now - lease_ttl()
+    undriven = SuspendedToolCall.objects.filter(
+        status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING],
+        decision__decided_at__lt=grace,
+    ).values("run_id")
+    with transaction.atomic():
+        claimable = Run.objects.select_for_update(skip_locked=True, of=("self",))
+        rows = list(
+            claimable.filter(lease_owner__isnull=False, lease_expires_at__lt=now)
+            .exclude(status__in=Run.FINAL_STATUSES)
+            .order_by("lease_expires_at")
+            .values_list("agent_id", "id")[:limit]
+        )
+        if len(rows) < limit:
+            rows += claimable.filter(lease_owner__isnull=True, pk__in=undriven).values_list("agent_id", "id")[
+                : limit - len(rows)
+            ]
+        if rows:
+            Run.objects.filter(pk__in=[run_id for _, run_id in rows]).update(
+                lease_owner=f"{DISPATCH_OWNER_PREFIX}{new_id('lease')[-12:]}", lease_expires_at=now + lease_ttl()
+            )
+    return rows
 
 
 def needs_driving(run: Run) -> bool:

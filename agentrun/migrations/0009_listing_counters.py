@@ -162,7 +162,7 @@ def uninstall(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentrun', '0007_notify_policies'),
+        ('agentrun', '0008_sweeper_indexes'),
     ]
 
     operations = [

@@ -42,6 +42,13 @@ def dom_id(value: str) -> str:
 
 
 @register.filter
+def one_line(value: Any, limit: int = 120) -> str:
+    """Arguments on one line for a list: compact JSON, cut at ``limit`` characters."""
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@register.filter
 def usage_total(usage: dict | None) -> str:
     if not usage:
         return ""

@@ -107,6 +107,7 @@ def test_edit_and_approve_validates_then_runs_with_the_edited_args(login, suspen
     page = login("rita")
     page.goto(f"/approvals/threads/{thread}/")
     card = call_card(page, call_id)
+    card.get_by_role("button", name="Edit", exact=True).click()
     box = card.get_by_label("Arguments (JSON)")
 
     box.fill('{"to": "bob@example.com", oops')
@@ -168,12 +169,12 @@ def test_two_reviewers_approve_the_same_call(login, suspend):
     expect(call_card(first, call_id)).to_have_count(0)
 
     call_card(second, call_id).get_by_role("button", name="Approve", exact=True).click()
-    conflict = second.locator(f"#call-{call_id}")
+    conflict = second.locator(f'[data-decided-call-id="{call_id}"]')
     expect(conflict).to_contain_text("Already decided")
     expect(conflict).to_contain_text("rita")
     expect(conflict).to_contain_text("via dashboard")
     # A page with the live feed is told without clicking.
-    expect(watcher.locator(f"#call-{call_id}")).to_contain_text("rita", timeout=3_000)
+    expect(watcher.locator(f'[data-decided-call-id="{call_id}"]')).to_contain_text("rita", timeout=3_000)
     expect(call_card(watcher, call_id)).to_have_count(0)
     assert Decision.objects.filter(run_id=run_id).count() == 1
 
