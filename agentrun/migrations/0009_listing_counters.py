@@ -67,18 +67,6 @@ PG_INSTALL = [
     CREATE TRIGGER agentrun_snapshot_count_delete AFTER DELETE ON agentrun_snapshot
     REFERENCING OLD TABLE AS removed_snapshots FOR EACH STATEMENT EXECUTE FUNCTION agentrun_snapshot_count_remove()
     """,
-    # TRUNCATE fires no row or statement triggers of its own kind: the counts go with the rows.
-    """
-    CREATE FUNCTION agentrun_snapshot_count_clear() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        DELETE FROM agentrun_snapshotcount;
-        RETURN NULL;
-    END $$
-    """,
-    """
-    CREATE TRIGGER agentrun_snapshot_count_truncate AFTER TRUNCATE ON agentrun_snapshot
-    FOR EACH STATEMENT EXECUTE FUNCTION agentrun_snapshot_count_clear()
-    """,
     # An update counts as the old rows leaving and the new ones arriving (a no-op unless a key changed).
     """
     CREATE TRIGGER agentrun_snapshot_count_update_new AFTER UPDATE ON agentrun_snapshot
@@ -94,8 +82,6 @@ PG_UNINSTALL = [
     "DROP TRIGGER IF EXISTS agentrun_snapshot_count_delete ON agentrun_snapshot",
     "DROP TRIGGER IF EXISTS agentrun_snapshot_count_update_new ON agentrun_snapshot",
     "DROP TRIGGER IF EXISTS agentrun_snapshot_count_update_old ON agentrun_snapshot",
-    "DROP TRIGGER IF EXISTS agentrun_snapshot_count_truncate ON agentrun_snapshot",
-    "DROP FUNCTION IF EXISTS agentrun_snapshot_count_clear()",
     "DROP FUNCTION IF EXISTS agentrun_snapshot_count_add()",
     "DROP FUNCTION IF EXISTS agentrun_snapshot_count_remove()",
 ]
