@@ -142,10 +142,13 @@ class Segment:
                 done = bool(steps) and all(s.status == RunStep.Status.COMPLETED for s in steps.values())
                 return bool(calls), done
             for call in decided:
+                # Loaded with the batch: a call that no longer waits (its run was cancelled while an
+                # earlier one ran) is not carried out, and what is left is read again.
+                if not await db(store.mark_executing)(call):
+                    break
                 await self._apply_decision(run, call, steps.setdefault(call.step_id, call.step))
 
     async def _apply_decision(self, run: Run, call: SuspendedToolCall, step: RunStep) -> None:
-        await db(store.mark_executing)(call)
         decision: Decision = call.decision
         payload_call = {"id": call.tool_call_id, "name": call.tool_name}
         args = decision.edited_args if decision.edited_args is not None else call.args

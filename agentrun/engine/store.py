@@ -548,10 +548,17 @@ def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     )
 
 
-def mark_executing(call: SuspendedToolCall) -> None:
+def mark_executing(call: SuspendedToolCall) -> bool:
+    """False if the call no longer waits to be carried out (its run was cancelled or expired meanwhile)."""
     # A retried continuation finds the call still ``executing`` and runs it again with the same
     # tool_call_id: the idempotency key that lets the tool apply its side effect once.
-    SuspendedToolCall.objects.filter(pk=call.pk).update(status=SuspendedToolCall.Status.EXECUTING)
+    carried_out = [SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
+    return (
+        SuspendedToolCall.objects.filter(pk=call.pk, status__in=carried_out).update(
+            status=SuspendedToolCall.Status.EXECUTING
+        )
+        == 1
+    )
 
 
 def pending_tool_step(run_id: str) -> RunStep | None:

@@ -230,6 +230,15 @@ def test_the_total_is_one_query_that_counts_no_snapshot_rows():
         assert '"expires_at" <=' in total_sql, total_sql
 
 
+@pytest.mark.postgres
+def test_truncating_the_snapshots_clears_the_counts():
+    bulk_suspended_runs(50, agents=2, threads=5, resources=3)
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE agentrun_snapshot")
+    check_exact()
+    assert list_suspended_runs(agent_id="bulk-agent-1").total == 0
+
+
 # --- concurrency (PostgreSQL: real row locks, one connection per thread) ----------------------------
 def _suspend(i: int, barrier: threading.Barrier) -> str:
     """Suspend a run as the loop does (the store's own writers), after the barrier, on this thread's connection."""

@@ -11,14 +11,15 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from agentrun import get_agent
+from agentrun import Agent, ToolContext, get_agent, tool
+from agentrun.demo import send_email
 from agentrun.engine import store
-from agentrun.engine.decisions import expire_run_if_due
+from agentrun.engine.decisions import DecisionRequest, cancel_run, expire_run_if_due, record_decisions
 from agentrun.engine.loop import Segment
 from agentrun.engine.runtime import db
-from agentrun.models import Run
+from agentrun.models import Run, ToolEffect
 from benchmarks.cycle import statement_log
-from tests.factories import EMAIL, record_decision, tool_line
+from tests.factories import EMAIL, of_type, record_decision, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -66,3 +67,31 @@ async def test_a_decision_cycle_costs_no_more_statements_than_measured():
     assert len(decide) <= most["decide_and_complete"], (
         f"{len(decide)} statements to decide and complete:\n{_listing(decide)}"
     )
+
+
+@tool(id="cancel-own-run", requires_approval=True, description="Cancels the run it belongs to.")
+async def cancel_own_run(*, ctx: ToolContext) -> dict:
+    await sync_to_async(cancel_run)(run_id=ctx.run_id)
+    return {"cancelled": True}
+
+
+async def test_decided_calls_loaded_together_are_not_carried_out_once_the_run_is_cancelled():
+    """The continuation reads every decided call in one query: one that no longer waits when its turn
+    comes (the run was cancelled while an earlier one ran) must not run."""
+    Agent(id="cancelling-agent", tools=[cancel_own_run, send_email], model="directive")
+    message = tool_line("cancel-own-run", {}) + "\n" + tool_line("send-email", EMAIL)
+    stream, chunks = await start("cancelling-agent", message, thread="t-cancel")
+    first, second = (c["payload"]["toolCallId"] for c in of_type(chunks, "tool-call-approval"))
+    requests = [
+        DecisionRequest(kind="approve", tool_call_id=first),
+        DecisionRequest(kind="approve", tool_call_id=second),
+    ]
+    await sync_to_async(record_decisions)(
+        agent_id="cancelling-agent", run_id=stream.run_id, requests=requests, batch=True
+    )
+
+    result = await Segment(get_agent("cancelling-agent"), stream.run_id).run()
+
+    assert result.finish_reason == "cancelled"
+    assert (await Run.objects.aget(pk=stream.run_id)).status == Run.Status.CANCELLED
+    assert not await ToolEffect.objects.filter(tool_call_id=second).aexists()  # the email was never sent
