@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agentrun.api import views
 from agentrun.api.exceptions import api_not_found
+from agentrun.api.schema import SchemaPageView, SchemaView
 
 ALIAS_SUFFIX = "-alias"
 
@@ -40,7 +40,7 @@ urlpatterns = [
     *both("decisions", views.DecisionListView.as_view(), "decisions"),
     *both("background-tasks", views.BackgroundTaskListView.as_view(), "background-tasks"),
     *both("background-tasks/<str:taskId>/cancel", views.BackgroundTaskCancelView.as_view(), "background-task-cancel"),
-    *both("schema/", SpectacularAPIView.as_view(), "schema"),
-    *both("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), "docs"),
+    *both("schema/", SchemaView.as_view(), "schema"),
+    *both("docs/", SchemaPageView.as_view(url_name="api:schema"), "docs"),
     re_path(r"^.*$", api_not_found),
 ]
