@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agentrun.engine.agents import get_agent
 from agentrun.errors import AgentRunError
-from agentrun.models import Decision, Message, Snapshot, SuspendedToolCall, args_fingerprint
+from agentrun.models import Decision, Message, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
 from agentrun.selectors import decision_history
 from approvals.resume_form import ResumeField, build_fields
 
@@ -172,7 +172,10 @@ class OpenCallView:
     edit_text: str | None = None
     note: str = ""  # the reason box's text, kept
     resume_json: str = ""
-    confirming: str = ""  # a high-risk approval waiting for its second step: "approve" | "edit"
+    confirming: str = ""  # a high-risk approval waiting for its second step: "approve" | "edit" | "grant"
+    # "Always approve" waiting for that step: the grant it would make (unsaved) and the chosen duration.
+    grant: StandingGrant | None = None
+    grant_expires_in: str = ""
 
     @property
     def tool_call_id(self) -> str:

@@ -202,7 +202,7 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
     reason = view.note.strip() or None
     try:
         if action == "cancel":  # leave the confirmation step: the card as it was, nothing decided
-            return _card(request, view)
+            return card_response(request, view)
         if action == "approve":
             edited = request.POST.get("args")  # sent only while the editor is open
             if edited is not None and not _same_args(edited, view.args):
@@ -218,6 +218,7 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
         elif action == "edit":
             view.edit_text = request.POST.get("args", "")
             kwargs |= {"kind": "approve", "reason": reason, "args": _parse_edited_args(view.edit_text)}
+            selectors.validate_edited_args(view, kwargs["args"])  # said now, not after a confirmation
         elif action == "resume":
             view.resume_json = request.POST.get("resume_data", "")
             resume_data, fields, json_error = parse_resume_form(call.resume_schema, request.POST)
@@ -225,17 +226,12 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
             if json_error or any(f.error for f in fields or []):
                 view.failed_action = "resume"
                 view.error = json_error or "Please correct the fields marked below."
-                return _card(request, view, status=422)
+                return card_response(request, view, status=422)
             kwargs |= {"kind": "resume", "resume_data": resume_data}
         else:
             return HttpResponse("Unknown action.", status=400)
-        if action in ("approve", "edit") and view.high_risk and request.POST.get("confirm") != "high-risk":
-            if fingerprint is not None and fingerprint != view.fingerprint:
-                raise AgentRunError("ARGS_CHANGED", "The arguments changed since this card was shown.")
-            if action == "edit":  # an invalid edit is said now, not after the confirmation
-                selectors.validate_edited_args(view, kwargs["args"])
-            view.confirming = action  # the second step: nothing is decided by this click
-            return _card(request, view)
+        if action in ("approve", "edit") and (asking := ask_high_risk_confirmation(request, view, action)):
+            return asking
         outcome = decide_tool_call(**kwargs, decided_by=request.user, via=Decision.Via.DASHBOARD)
     except AgentRunError as exc:
         return _refused(request, view, action, exc)
@@ -257,7 +253,7 @@ def _refused(request: HtmxHttpRequest, view: OpenCallView, action: str, exc: Age
         fresh = selectors.open_call_views([call])[0]
         fresh.failed_action, fresh.note, fresh.edit_text = action, view.note, view.edit_text
         fresh.error = "The arguments changed since this card was shown. Check them below and decide again."
-        return _card(request, fresh, status=409)
+        return card_response(request, fresh, status=409)
     view.failed_action = action
     errors = (exc.details or {}).get("errors") or []
     if action == "resume":
@@ -266,10 +262,27 @@ def _refused(request: HtmxHttpRequest, view: OpenCallView, action: str, exc: Age
     else:
         view.error = exc.message
         view.error_items = [f"{e.get('loc', '$')}: {e.get('message', '')}" for e in errors]
-    return _card(request, view, status=422 if exc.code in FORM_ERROR_CODES else 400)
+    return card_response(request, view, status=422 if exc.code in FORM_ERROR_CODES else 400)
 
 
-def _card(request: HtmxHttpRequest, view: OpenCallView, status: int = 200) -> HttpResponse:
+def ask_high_risk_confirmation(request: HtmxHttpRequest, view: OpenCallView, action: str) -> HttpResponse | None:
+    """A high-risk approval takes a second, deliberate step, whichever button approves it (Approve, Edit
+    & approve, "Always approve"): until the request carries the confirmation form's ``confirm=high-risk``,
+    the answer is the card asking to confirm ``action`` and nothing is decided. None: go ahead.
+
+    The arguments shown must still be the current ones (``ARGS_CHANGED``): the confirmation would
+    otherwise ask about arguments that no longer run.
+    """
+    if not view.high_risk or request.POST.get("confirm") == "high-risk":
+        return None
+    fingerprint = request.POST.get("args_fingerprint") or None
+    if fingerprint is not None and fingerprint != view.fingerprint:
+        raise AgentRunError("ARGS_CHANGED", "The arguments changed since this card was shown.")
+    view.confirming = action
+    return card_response(request, view)
+
+
+def card_response(request: HtmxHttpRequest, view: OpenCallView, status: int = 200) -> HttpResponse:
     """The card in its current state (htmx), or the thread page showing it: a confirmation step, or an
     error next to the form that failed (nothing was decided)."""
     if request.htmx:

@@ -3,7 +3,8 @@
 Granting from a call card approves that call too (a person's decision, ``via`` dashboard) and records
 the grant in the same transaction; later calls the grant covers are approved by the engine itself
 (``agentrun.engine.decisions.approve_by_grant``: a decision ``via`` policy naming the grant). Whoever
-may decide an agent's calls may grant and revoke for it.
+may decide an agent's calls may grant and revoke for it. On a high-risk call the card's form first asks
+to confirm, as its Approve does (``notifications.views.grant_create``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ from agentrun.errors import AgentRunError
 from agentrun.models import Decision, StandingGrant, SuspendedToolCall
 
 
-def grant_from_call(
-    *, user: Any, call: SuspendedToolCall, scope: str, expires_in: float | None, args_fingerprint: str | None = None
-) -> tuple[StandingGrant, DecisionOutcome]:
-    """Approve ``call`` and grant its tool for its thread or resource, together or not at all.
-    ``args_fingerprint``: of the arguments the person saw (``ARGS_CHANGED`` if they changed)."""
+def grant_for_call(*, user: Any, call: SuspendedToolCall, scope: str, expires_in: float | None) -> StandingGrant:
+    """The grant ``call``'s card asks for, not saved: the tool that would wait again (a sub-agent's own for
+    a surfaced call) on the call's thread or resource. Bad choices are ``INVALID_REQUEST``."""
     run = call.run
     if scope not in StandingGrant.Scope.values:
         raise AgentRunError("INVALID_REQUEST", f"scope must be thread or resource, not {scope!r}")
@@ -41,7 +40,7 @@ def grant_from_call(
         if inner is None:
             raise AgentRunError("TOOL_CALL_NOT_SUSPENDED", "the sub-agent's call no longer waits")
         agent_id, tool_name = call.inner_agent_id, inner.tool_name
-    grant = StandingGrant(
+    return StandingGrant(
         agent_id=agent_id,
         tool_name=tool_name,
         scope=scope,
@@ -50,9 +49,17 @@ def grant_from_call(
         created_by_username=user.get_username(),
         expires_at=timezone.now() + timedelta(seconds=expires_in) if expires_in else None,
     )
+
+
+def grant_from_call(
+    *, user: Any, call: SuspendedToolCall, scope: str, expires_in: float | None, args_fingerprint: str | None = None
+) -> tuple[StandingGrant, DecisionOutcome]:
+    """Approve ``call`` and grant its tool for its thread or resource, together or not at all.
+    ``args_fingerprint``: of the arguments the person saw (``ARGS_CHANGED`` if they changed)."""
+    grant = grant_for_call(user=user, call=call, scope=scope, expires_in=expires_in)
     outcome = decide_tool_call(
-        agent_id=run.agent_id,
-        run_id=run.id,
+        agent_id=call.run.agent_id,
+        run_id=call.run_id,
         tool_call_id=call.tool_call_id,
         kind="approve",
         args_fingerprint=args_fingerprint,

@@ -27,7 +27,7 @@ from agentrun.errors import AgentRunError
 from agentrun.models import Run, SuspendedToolCall
 from approvals.selectors import open_call_views
 from approvals.urls import thread_path
-from approvals.views import HtmxHttpRequest, viewer_required
+from approvals.views import HtmxHttpRequest, ask_high_risk_confirmation, card_response, viewer_required
 from notifications import grants, links
 from notifications.models import DecisionLink, NotificationPreference
 
@@ -116,22 +116,31 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
 @require_POST
 @viewer_required
 def grant_create(request: HtmxHttpRequest) -> HttpResponse:
-    """The call card's "always approve" form: approve this call and grant its tool from now on."""
+    """The call card's "always approve" form: approve this call and grant its tool from now on. On a
+    high-risk call this approval takes the same second step as the card's Approve (nothing is decided
+    or granted until the confirmation comes back; "cancel" leaves it)."""
     run_id, tool_call_id = request.POST.get("run_id", ""), request.POST.get("tool_call_id", "")
     agent_id = Run.objects.filter(pk=run_id).values_list("agent_id", flat=True).first()
     if agent_id is None or not can_decide_agent(request.user, agent_id):
         raise PermissionDenied("You may not decide this agent's tool calls.")
     call = SuspendedToolCall.objects.select_related("run").filter(run_id=run_id, tool_call_id=tool_call_id).first()
-    expires_in = request.POST.get("expires_in", "")
+    expires_in, scope = request.POST.get("expires_in", ""), request.POST.get("scope", "")
     context: dict[str, Any] = {"tool_call_id": tool_call_id, "run_id": run_id}
     try:
         if call is None:
             raise AgentRunError("TOOL_CALL_NOT_SUSPENDED", "This call no longer waits.")
+        view = open_call_views([call])[0]
+        if request.POST.get("action") == "cancel":  # leave the confirmation step: the card as it was
+            return card_response(request, view)
         seconds = float(expires_in) if expires_in else None
+        view.grant = grants.grant_for_call(user=request.user, call=call, scope=scope, expires_in=seconds)
+        view.grant_expires_in = expires_in
+        if asking := ask_high_risk_confirmation(request, view, "grant"):
+            return asking
         grant, outcome = grants.grant_from_call(
             user=request.user,
             call=call,
-            scope=request.POST.get("scope", ""),
+            scope=scope,
             expires_in=seconds,
             args_fingerprint=request.POST.get("args_fingerprint") or None,
         )

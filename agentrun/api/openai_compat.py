@@ -13,6 +13,9 @@ and it reads agentrun's threads, runs, run steps and messages in its own wire sh
 - errors ``{"error": {code, message, details?, type, param}}``: the contract's envelope plus the
   OpenAI error object's ``type`` and ``param``.
 
+Ids in the path are read from the path as sent (``raw_path``), segment by segment (``path_segments``):
+a thread id holding ``/runs/`` reaches its thread when the client percent-encodes it, as both SDKs do.
+
 Authorization is the native API's: the read permission and the per-agent scope of ``agentrun.access``
 (a hidden agent's run is ``RUN_NOT_FOUND``, a thread with no visible run ``NOT_FOUND``).
 """
@@ -23,10 +26,12 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from django.db.models import Prefetch, Q, QuerySet
-from django.http import JsonResponse
-from django.urls import path, re_path
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import re_path
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -298,18 +303,64 @@ class MessageListView(OpenAIView):
         return Response(openai_page(messages, request.query_params, message_object))
 
 
-def with_slash(route: str, view: Any, name: str) -> list:
-    """``route``, and its twin with a trailing slash (thread ids may hold ``/``: ``path`` converters)."""
-    return [path(f"{route}/", view, name=f"{name}-slash"), path(route, view, name=name)]
-
-
-# --- routes (``/api/openai/v1/`` + the Assistants paths; the most specific first) -----------------
-urlpatterns = [
-    *with_slash("threads/<path:thread_id>/runs/<str:run_id>/steps/<str:step_id>", RunStepView.as_view(), "openai-step"),
-    *with_slash("threads/<path:thread_id>/runs/<str:run_id>/steps", RunStepListView.as_view(), "openai-steps"),
-    *with_slash("threads/<path:thread_id>/runs/<str:run_id>", RunView.as_view(), "openai-run"),
-    *with_slash("threads/<path:thread_id>/runs", ThreadRunListView.as_view(), "openai-runs"),
-    *with_slash("threads/<path:thread_id>/messages", MessageListView.as_view(), "openai-messages"),
-    *with_slash("threads/<path:thread_id>", ThreadView.as_view(), "openai-thread"),
-    re_path(r"^.*$", openai_not_found),
+# --- routes (``/api/openai/v1/`` + the Assistants paths) ------------------------------------------
+# What may follow ``threads/<thread id>/``, the most specific first: literal segments, None for an id.
+ROUTES: list[tuple[tuple[str | None, ...], Callable[..., HttpResponse], tuple[str, ...]]] = [
+    (("runs", None, "steps", None), RunStepView.as_view(), ("run_id", "step_id")),
+    (("runs", None, "steps"), RunStepListView.as_view(), ("run_id",)),
+    (("runs", None), RunView.as_view(), ("run_id",)),
+    (("runs",), ThreadRunListView.as_view(), ()),
+    (("messages",), MessageListView.as_view(), ()),
+    ((), ThreadView.as_view(), ()),
 ]
+
+
+def path_segments(request: HttpRequest, rest: str) -> list[str]:
+    """``rest``, the path after the prefix, as segments, each percent-decoded on its own.
+
+    Django routes on the decoded path, where a thread id's encoded ``/`` (``a%2Fruns%2Fb``, as the
+    openai and azure SDKs send path parameters) reads like a separator. An ASGI server hands over the
+    path as sent too (``raw_path``): split before decoding, its segments are exact. Without it (WSGI)
+    the decoded path's segments are the best there is.
+    """
+    raw = getattr(request, "scope", {}).get("raw_path")
+    if raw:
+        segments = [unquote_to_bytes(s).decode("utf-8", "replace") for s in raw.split(b"/")]
+        # The tail Django routed as ``rest`` (the prefix, or a root path above it, is not ours to split).
+        for count in range(1, len(segments) + 1):
+            if "/".join(segments[-count:]) == rest:
+                return segments[-count:]
+    return rest.split("/")
+
+
+def resolve_segments(segments: list[str]) -> tuple[Callable[..., HttpResponse], dict[str, str]] | None:
+    """The view and its arguments for ``threads/<thread id>/...``. The thread id is every segment the
+    route's fixed tail leaves: one when the client encoded it, several joined by ``/`` when it did not
+    (the longest reading, as before). A trailing slash is the same route."""
+    if len(segments) > 1 and segments[-1] == "":
+        segments = segments[:-1]
+    if len(segments) < 2 or segments[0] != "threads":
+        return None
+    after = segments[1:]
+    for tail, view, names in ROUTES:
+        split = len(after) - len(tail)
+        thread, fixed = after[:split], after[split:]
+        if split < 1 or not all(got if want is None else got == want for want, got in zip(tail, fixed, strict=True)):
+            continue
+        thread_id = "/".join(thread)
+        if thread_id:
+            ids = [got for want, got in zip(tail, fixed, strict=True) if want is None]
+            return view, {"thread_id": thread_id, **dict(zip(names, ids, strict=True))}
+    return None
+
+
+@csrf_exempt  # the views are DRF's: they check CSRF for session users themselves
+def assistants_route(request: HttpRequest, rest: str) -> HttpResponse:
+    resolved = resolve_segments(path_segments(request, rest))
+    if resolved is None:
+        return openai_not_found(request)
+    view, kwargs = resolved
+    return view(request, **kwargs)
+
+
+urlpatterns = [re_path(r"^(?P<rest>[\s\S]*)$", assistants_route)]  # any character, newlines too

@@ -1,4 +1,4 @@
-"""drf-spectacular hooks."""
+"""The OpenAPI schema and its page, and drf-spectacular hooks."""
 
 from __future__ import annotations
 
@@ -6,6 +6,12 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentrun.api.http import ApiView
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -32,3 +38,26 @@ def drop_slash_aliases(endpoints: list[tuple], **kwargs: Any) -> list[tuple]:
         if canonical is None or (path.endswith("/") == prefer_slash):
             seen[key] = endpoint
     return list(seen.values())
+
+
+class PublicDocs:
+    """The schema and its page are public, yet a request presenting credentials is authenticated as on
+    every endpoint (the same authenticators, Token first): a bad token gets the same 401, envelope and
+    ``WWW-Authenticate`` challenge, not drf-spectacular's default 403. Errors are JSON, whatever the
+    page's own format (YAML, HTML)."""
+
+    authentication_classes = ApiView.authentication_classes
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(response, Response) and response.exception:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+class SchemaView(PublicDocs, SpectacularAPIView):
+    pass
+
+
+class SchemaPageView(PublicDocs, SpectacularSwaggerView):
+    pass

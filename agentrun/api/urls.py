@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 import agentrun.converters  # noqa: F401 - registers <anyid:>
 from agentrun.api import views
 from agentrun.api.exceptions import api_not_found
+from agentrun.api.schema import SchemaPageView, SchemaView
 
 ALIAS_SUFFIX = "-alias"
 
@@ -41,7 +41,7 @@ urlpatterns = [
     *both("decisions", views.DecisionListView.as_view(), "decisions"),
     *both("background-tasks", views.BackgroundTaskListView.as_view(), "background-tasks"),
     *both("background-tasks/<str:taskId>/cancel", views.BackgroundTaskCancelView.as_view(), "background-task-cancel"),
-    *both("schema/", SpectacularAPIView.as_view(), "schema"),
-    *both("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), "docs"),
+    *both("schema/", SchemaView.as_view(), "schema"),
+    *both("docs/", SchemaPageView.as_view(url_name="api:schema"), "docs"),
     re_path(r"^[\s\S]*$", api_not_found),  # any path, line breaks included: the JSON 404
 ]

@@ -11,7 +11,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from asgiref.testing import ApplicationCommunicator
 
@@ -75,7 +75,8 @@ class AsgiClient:
             "http_version": "1.1",
             "method": method,
             "scheme": "http",
-            "path": parts.path,
+            # As daphne and uvicorn do: the decoded path, and the path as sent.
+            "path": unquote(parts.path),
             "raw_path": parts.path.encode(),
             "query_string": parts.query.encode(),
             "root_path": "",

@@ -98,6 +98,21 @@ def test_the_docs_page_is_served_without_a_cdn(client):
     assert "cdn" not in html.lower() and "unpkg" not in html.lower()
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("credentials", ["Token not-a-key", "Bearer not-a-key"])
+def test_a_bad_token_gets_the_same_401_from_the_schema_as_from_every_endpoint(client, credentials, auth_header):
+    expected = client.get("/api/agents/", HTTP_AUTHORIZATION=credentials)
+    assert expected.status_code == 401 and expected.json()["error"]["code"] == "NOT_AUTHENTICATED"
+    for path in ("/api/schema/", "/api/schema", "/api/docs/", "/api/docs"):
+        response = client.get(path, HTTP_AUTHORIZATION=credentials)
+        assert response.status_code == 401, path
+        assert response.json() == expected.json(), path  # the contract's envelope, as JSON even for the page
+        assert response["WWW-Authenticate"] == expected["WWW-Authenticate"], path
+    # The schema stays public: anonymous readers and good tokens get it.
+    assert client.get("/api/schema/").status_code == 200
+    assert client.get("/api/schema/", HTTP_AUTHORIZATION=auth_header["Authorization"]).status_code == 200
+
+
 @pytest.fixture
 def keep_test_connection():
     """Like Django's test client: the test's DB connection must survive each request's start and end."""

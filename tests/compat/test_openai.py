@@ -9,10 +9,13 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from openai._utils._path import path_template  # how the pinned SDK encodes path parameters
 from rest_framework.test import APIClient
 
 from agentrun.models import RunStep
+from tests.api.asgi_client import AsgiClient
 from tests.api.conftest import ask_run, email_run, wait_rested
+from tests.factories import suspended_email_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -218,3 +221,52 @@ def test_not_found_and_authorization(api, viewer_api, settings):
     assert error(api.get(f"{BASE}/runs/{run_id}/steps")) == (404, "RUN_NOT_FOUND")
     assert error(api.get(BASE)) == (404, "NOT_FOUND")
     assert error(api.get(f"{BASE}/messages")) == (404, "NOT_FOUND")
+
+
+# --- ids that read like this prefix's own routes once decoded ------------------------------------
+def sdk_path(template: str, **ids: str) -> str:
+    """The path as the openai SDK builds it: each id percent-encoded, "/" included."""
+    return "/api/openai/v1" + path_template(template, **ids)
+
+
+async def test_an_encoded_thread_id_reaches_its_thread_whatever_it_holds(auth_header):
+    client = AsgiClient(auth_header)
+    decoy_run = await suspended_email_run(thread="oa-a")
+    threads = [
+        f"oa-a/runs/{decoy_run}",  # decoded, the decoy's run: it must not answer
+        "oa-a/runs/b/steps/c",
+        "oa-b/runs",
+        "oa-c/messages",
+        "oa-d/",
+        "sp ace % #frag ?q=1 & ü 🙂",
+        "new\nline",
+    ]
+    runs = {thread: await suspended_email_run(thread=thread) for thread in threads}
+    for thread, run_id in runs.items():
+        step_id = await RunStep.objects.filter(run_id=run_id).values_list("id", flat=True).aget()
+        ids = {"thread_id": thread, "run_id": run_id, "step_id": step_id}
+        azure = {k: quote(v, safe="") for k, v in ids.items()}  # azure-ai-agents quotes every character
+        for base in (sdk_path("/threads/{thread_id}", **ids), "/api/openai/v1/threads/{thread_id}".format(**azure)):
+            got = await (await client.get(base)).json()
+            assert (got["object"], got["id"]) == ("thread", thread)
+            assert (await (await client.get(f"{base}/")).json())["id"] == thread  # a trailing slash too
+            listed = await (await client.get(f"{base}/runs")).json()
+            assert [r["id"] for r in listed["data"]] == [run_id]
+            run = await (await client.get(f"{base}/runs/{run_id}")).json()
+            assert (run["id"], run["thread_id"], run["status"]) == (run_id, thread, "requires_action")
+            steps = await (await client.get(f"{base}/runs/{run_id}/steps")).json()
+            assert [s["id"] for s in steps["data"]] == [step_id]
+            step = await (await client.get(f"{base}/runs/{run_id}/steps/{step_id}")).json()
+            assert (step["id"], step["thread_id"]) == (step_id, thread)
+            messages = await (await client.get(f"{base}/messages")).json()
+            assert [m["thread_id"] for m in messages["data"]] == [thread]
+            missing = await client.get(f"{base}/runs/{decoy_run}")  # another thread's run
+            assert (missing.status_code, (await missing.json())["error"]["code"]) == (404, "RUN_NOT_FOUND")
+
+    # A client that leaves "/" unencoded still reads an unambiguous thread id (the longest reading).
+    plain = await suspended_email_run(thread="oa/plain")
+    listed = await (await client.get("/api/openai/v1/threads/oa/plain/runs")).json()
+    assert [r["id"] for r in listed["data"]] == [plain]
+    for nowhere in ("/api/openai/v1/threads/", "/api/openai/v1/threads", "/api/openai/v1/threads/x/runs/r/nope"):
+        answer = await client.get(nowhere)
+        assert (answer.status_code, (await answer.json())["error"]["code"]) == (404, "NOT_FOUND"), nowhere

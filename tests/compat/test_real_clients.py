@@ -202,3 +202,11 @@ def test_azure_ai_agents_and_openai_sdks_read_runs_and_steps(processes):
     assert messages[0].role == "user" and messages[0].content[0].text.value.startswith("/tool lookup-order")
     assert messages[1].role == "assistant" and messages[1].run_id == done["runId"]
     assert openai.beta.threads.retrieve(SDK_THREAD).id == SDK_THREAD
+
+    # A thread id that, decoded, reads as another thread's run: over daphne both SDKs reach the thread.
+    tricky = f"{SDK_THREAD}/runs/{done['runId']}"
+    echo = {"messages": '/tool echo {"value": 1}', "memory": {**memory, "thread": tricky}}
+    own = call(port, token, "POST", "/api/agents/support-agent/generate", echo)
+    assert openai.beta.threads.retrieve(tricky).id == tricky
+    assert [r.id for r in openai.beta.threads.runs.list(thread_id=tricky)] == [own["runId"]]
+    assert [r.id for r in azure.runs.list(tricky, enforce_https=False)] == [own["runId"]]

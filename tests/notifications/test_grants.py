@@ -44,10 +44,19 @@ def run_email(thread: str, resource: str = "cust-1", tool_id: str = "send-email"
     return stream.run_id, chunks
 
 
-def grant(browser: Client, run_id: str, call_id: str, scope: str = "thread", expires_in: str = "", **headers):
+def grant(
+    browser: Client,
+    run_id: str,
+    call_id: str,
+    scope: str = "thread",
+    expires_in: str = "",
+    confirm: str = "",
+    **headers,
+):
+    """The card's "Always approve…" form (``confirm="high-risk"``: its high-risk confirmation step)."""
     return browser.post(
         "/approvals/grants/new",
-        {"run_id": run_id, "tool_call_id": call_id, "scope": scope, "expires_in": expires_in},
+        {"run_id": run_id, "tool_call_id": call_id, "scope": scope, "expires_in": expires_in, "confirm": confirm},
         **headers,
     )
 
@@ -152,6 +161,36 @@ def test_only_those_who_may_decide_the_agent_grant_and_revoke(settings, rita):
     assert StandingGrant.objects.get().revoked_at is None
 
 
+def test_always_approving_a_high_risk_call_takes_the_same_second_step_as_approve(rita):
+    # delete-record is high risk: "Always approve…" approves this call too, so one click must not.
+    run_id, chunks = run_email("t-grant-high", tool_id="delete-record")
+    [approval] = of_type(chunks, "tool-call-approval")
+    call_id = approval["payload"]["toolCallId"]
+    form = {"run_id": run_id, "tool_call_id": call_id, "scope": "thread", "expires_in": "3600"}
+
+    for headers in ({"HTTP_HX_REQUEST": "true"}, {}):  # the card (htmx) and the page without JavaScript
+        asked = rita.post("/approvals/grants/new", form, **headers)
+        page = asked.content.decode()
+        assert asked.status_code == 200 and 'role="alertdialog"' in page and "High risk" in page
+        assert "always approve delete-record of support-agent for thread t-grant-high until" in page
+        assert 'name="confirm" value="high-risk"' in page and "Yes, approve and always approve" in page
+    assert not StandingGrant.objects.exists() and not Decision.objects.exists()
+    assert SuspendedToolCall.objects.filter(run_id=run_id, tool_call_id=call_id).exists()
+
+    cancelled = rita.post("/approvals/grants/new", form | {"action": "cancel"}, HTTP_HX_REQUEST="true")
+    assert cancelled.status_code == 200 and "alertdialog" not in cancelled.content.decode()
+    assert "Always approve…" in cancelled.content.decode()  # the card as it was
+    stale = rita.post("/approvals/grants/new", form | {"args_fingerprint": "0" * 64}, HTTP_HX_REQUEST="true")
+    assert stale.status_code == 409 and "Nothing was granted" in stale.content.decode()
+    assert not StandingGrant.objects.exists() and not Decision.objects.exists()
+
+    confirmed = rita.post("/approvals/grants/new", form | {"confirm": "high-risk"}, HTTP_HX_REQUEST="true")
+    assert confirmed.status_code == 200 and "Approved" in confirmed.content.decode()
+    assert wait_rested(run_id).status == "completed"
+    assert Decision.objects.get(run_id=run_id).via == "dashboard"
+    assert StandingGrant.objects.get().tool_name == "delete-record"
+
+
 def test_a_call_decided_already_grants_nothing(rita):
     run_id, call_id = suspend_email("t-late")
     decide_tool_call(agent_id="support-agent", run_id=run_id, kind="decline", decided_by="olga")
@@ -185,7 +224,9 @@ def test_a_grant_on_a_sub_agents_surfaced_call_approves_the_sub_agents_tool(rita
     line = tool_line("agent-billing-agent", {"message": tool_line("refund", {"orderId": "o-9", "amount": 3})})
     stream, _ = async_to_sync(start)("support-supervisor", line, thread="t-sub-grant")
     call = SuspendedToolCall.objects.get(run_id=stream.run_id)
-    grant(rita, stream.run_id, call.tool_call_id)
+    asked = grant(rita, stream.run_id, call.tool_call_id)  # refund is high risk: a second step first
+    assert "alertdialog" in asked.content.decode() and not StandingGrant.objects.exists()
+    grant(rita, stream.run_id, call.tool_call_id, confirm="high-risk")
     wait_rested(stream.run_id)
     saved = StandingGrant.objects.get()
     assert (saved.agent_id, saved.tool_name) == ("billing-agent", "refund")
