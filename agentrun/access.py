@@ -44,6 +44,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import Permission
 from django.db.models import QuerySet
 
 VIEWERS = "Viewers"
@@ -75,6 +77,39 @@ def ensure_groups(**_: Any) -> None:
         group, _ = Group.objects.get_or_create(name=name)
         perms = Permission.objects.filter(content_type__app_label="agentrun", codename__in=codenames)
         group.permissions.add(*perms)
+
+
+class PermissionBackend(ModelBackend):
+    """Django's ``ModelBackend``, reading a person's permissions (their own and their groups') in one
+    query instead of two: every REST request, websocket and page checks one permission.
+
+    ``AUTHENTICATION_BACKENDS`` names it; the permissions and the cache (``user._perm_cache``, for the
+    request) are Django's.
+    """
+
+    @staticmethod
+    def _all_permissions(user_obj: Any) -> QuerySet:
+        def names(perms: QuerySet) -> QuerySet:
+            return perms.values_list("content_type__app_label", "codename").order_by()
+
+        if user_obj.is_superuser:
+            return names(Permission.objects.all())
+        own = names(Permission.objects.filter(user=user_obj))
+        return names(Permission.objects.filter(group__user=user_obj)).union(own).order_by()
+
+    def get_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
+        if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
+            return set()
+        if not hasattr(user_obj, "_perm_cache"):
+            user_obj._perm_cache = {f"{app}.{codename}" for app, codename in self._all_permissions(user_obj)}
+        return user_obj._perm_cache
+
+    async def aget_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
+        if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
+            return set()
+        if not hasattr(user_obj, "_perm_cache"):
+            user_obj._perm_cache = {f"{app}.{codename}" async for app, codename in self._all_permissions(user_obj)}
+        return user_obj._perm_cache
 
 
 def _authenticated(user: Any) -> bool:
