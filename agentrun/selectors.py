@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
-from django.db.models import Q
+from asgiref.sync import sync_to_async
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError
@@ -136,6 +139,21 @@ def list_suspended_runs(
     start = parse_datetime_bound(from_date, "fromDate")
     end = parse_datetime_bound(to_date, "toDate")
 
+    snapshots = _matching(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
+    # A run past its time to live is not listed, even before the sweeper has expired it.
+    snapshots = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+
+    total = snapshots.count()
+    ordered = snapshots.order_by("-created_at", "-run_id")
+    if per_page is not None and page is not None:
+        ordered = ordered[page * per_page : (page + 1) * per_page]
+    return SuspendedRunsPage(runs=_with_open_calls(list(ordered)), total=total)
+
+
+def _matching(
+    *, agent_id: str, thread_id: str | None, resource_id: str | None, start: datetime | None, end: datetime | None
+) -> QuerySet[Snapshot]:
+    """The snapshots matching the listing's filters (expiry aside)."""
     snapshots = Snapshot.objects.filter(agent_id=agent_id)
     if thread_id:
         snapshots = snapshots.filter(thread_id=thread_id)
@@ -145,21 +163,18 @@ def list_suspended_runs(
         snapshots = snapshots.filter(created_at__gte=start)
     if end is not None:
         snapshots = snapshots.filter(created_at__lte=end)
-    # A run past its time to live is not listed, even before the sweeper has expired it.
-    snapshots = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+    return snapshots
 
-    total = snapshots.count()
-    ordered = snapshots.order_by("-created_at", "-run_id")
-    if per_page is not None and page is not None:
-        ordered = ordered[page * per_page : (page + 1) * per_page]
-    page_rows = list(ordered)
-    calls_by_run: dict[str, list[SuspendedRunToolCall]] = {s.run_id: [] for s in page_rows}
+
+def _with_open_calls(rows: list[Snapshot]) -> list[SuspendedRun]:
+    """The runs of these snapshots with their open calls: one query."""
+    calls_by_run: dict[str, list[SuspendedRunToolCall]] = {s.run_id: [] for s in rows}
     open_calls = SuspendedToolCall.objects.filter(
         run_id__in=list(calls_by_run), status=SuspendedToolCall.Status.OPEN
     ).order_by("run_id", "position", "id")
     for c in open_calls:
         calls_by_run[c.run_id].append(SuspendedRunToolCall.from_row(c))
-    runs = [
+    return [
         SuspendedRun(
             run_id=s.run_id,
             agent_id=s.agent_id,
@@ -169,6 +184,65 @@ def list_suspended_runs(
             suspended_at=s.suspended_at,
             tool_calls=calls_by_run[s.run_id],
         )
-        for s in page_rows
+        for s in rows
     ]
-    return SuspendedRunsPage(runs=runs, total=total)
+
+
+# --- unpaged listings, streamed ----------------------------------------------------------------
+STREAM_BATCH = 500
+
+
+class SuspendedRunsStream:
+    """Every run of an unpaged listing, read a batch at a time instead of all at once.
+
+    The snapshots come through a server-side cursor (PostgreSQL; SQLite reads in chunks too), the open
+    calls one query a batch: memory holds one batch, whatever the number of runs. Sync calls
+    (``next_batch``, ``close``) stay in one thread: the cursor lives on that thread's connection.
+    """
+
+    def __init__(self, snapshots: QuerySet[Snapshot]) -> None:
+        self._rows = snapshots.iterator(chunk_size=STREAM_BATCH)  # nothing runs until the first batch
+        self.done = False
+
+    def next_batch(self) -> list[SuspendedRun]:
+        """The next runs (an empty list at the end); ``done`` once the last one is read."""
+        batch = _with_open_calls(list(islice(self._rows, STREAM_BATCH)))
+        if len(batch) < STREAM_BATCH:
+            self.close()
+        return batch
+
+    async def batches(self) -> AsyncIterator[list[SuspendedRun]]:
+        """The batches not read yet, each read in the caller's database thread (thread-sensitive)."""
+        while not self.done:
+            if batch := await sync_to_async(self.next_batch)():
+                yield batch
+
+    def close(self) -> None:
+        """Close the cursor (at the end, or when the reader gives up early)."""
+        self.done = True
+        self._rows.close()
+
+
+def stream_suspended_runs(
+    *,
+    agent_id: str,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    from_date: datetime | str | None = None,
+    to_date: datetime | str | None = None,
+    per_page: int | str | None = None,
+    page: int | str | None = None,
+) -> SuspendedRunsStream:
+    """``list_suspended_runs`` without paging, streamed: the runs in the same order, with the same fields.
+
+    The arguments are checked here, before any run is read. ``per_page`` or ``page`` alone does not page
+    (the contract pages only with both) but is checked all the same, as ``list_suspended_runs`` does.
+    """
+    _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
+    _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
+    start = parse_datetime_bound(from_date, "fromDate")
+    end = parse_datetime_bound(to_date, "toDate")
+    snapshots = _matching(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
+    # As in list_suspended_runs: a run past its time to live is not listed.
+    listed = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+    return SuspendedRunsStream(listed.order_by("-created_at", "-run_id"))

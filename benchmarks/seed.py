@@ -152,6 +152,7 @@ def seed(n: int, report: Callable[[str], None] = print) -> None:
         report(f"  seeded {last + 1:,} of {n:,} runs ({time.perf_counter() - started:.0f} s)")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-        cursor.execute("CREATE TABLE bench_seed (n bigint, version int)")
+        cursor.execute("CREATE TABLE IF NOT EXISTS bench_seed (n bigint, version int)")
+        cursor.execute("DELETE FROM bench_seed")
         cursor.execute("INSERT INTO bench_seed VALUES (%s, %s)", [n, SEED_VERSION])
     assert Run.objects.filter(status=Run.Status.SUSPENDED).count() == n

@@ -35,9 +35,9 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+sys.path.insert(0, str(ROOT))
 
-from seed import EMAIL_LINE, database_name, drop_database, ensure_database, seed, seeded  # noqa: E402
+from benchmarks.seed import EMAIL_LINE, database_name, drop_database, ensure_database, seed, seeded  # noqa: E402
 
 REFERENCE_N = 10_000
 UNPAGED_RUNS = 50_000
@@ -296,7 +296,7 @@ def child(args: argparse.Namespace) -> dict:
 
     call_command("migrate", verbosity=0)
     if args.cycles_child:
-        from cycle import measure_cycle
+        from benchmarks.cycle import measure_cycle
 
         return measure_cycle(args.cycles_child)
     raise SystemExit("nothing to do")
