@@ -45,8 +45,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.models import Permission
-from django.db.models import QuerySet
+from django.contrib.auth.models import Group, Permission
+from django.db.models import Q, QuerySet
 
 VIEWERS = "Viewers"
 REVIEWERS = "Reviewers"
@@ -89,13 +89,15 @@ class PermissionBackend(ModelBackend):
 
     @staticmethod
     def _all_permissions(user_obj: Any) -> QuerySet:
-        def names(perms: QuerySet) -> QuerySet:
-            return perms.values_list("content_type__app_label", "codename").order_by()
-
-        if user_obj.is_superuser:
-            return names(Permission.objects.all())
-        own = names(Permission.objects.filter(user=user_obj))
-        return names(Permission.objects.filter(group__user=user_obj)).union(own).order_by()
+        permissions = Permission.objects.all()
+        if not user_obj.is_superuser:
+            # Subqueries on the link tables rather than ModelBackend's joins through them: planned in a
+            # tenth of the time (the planning is most of this query's cost).
+            groups = type(user_obj).groups.through.objects.filter(user_id=user_obj.pk).values("group_id")
+            via_groups = Group.permissions.through.objects.filter(group_id__in=groups).values("permission_id")
+            own = type(user_obj).user_permissions.through.objects.filter(user_id=user_obj.pk).values("permission_id")
+            permissions = permissions.filter(Q(pk__in=via_groups) | Q(pk__in=own))
+        return permissions.values_list("content_type__app_label", "codename").order_by()
 
     def get_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
         if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
