@@ -147,7 +147,7 @@ def list_suspended_runs(
     ordered = snapshots.order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
         ordered = ordered[page * per_page : (page + 1) * per_page]
-    return SuspendedRunsPage(runs=_with_open_calls(list(ordered)), total=total)
+    return SuspendedRunsPage(runs=_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS))), total=total)
 
 
 def _matching(
@@ -166,26 +166,33 @@ def _matching(
     return snapshots
 
 
-def _with_open_calls(rows: list[Snapshot]) -> list[SuspendedRun]:
-    """The runs of these snapshots with their open calls: one query."""
-    calls_by_run: dict[str, list[SuspendedRunToolCall]] = {s.run_id: [] for s in rows}
+# The columns the listing reads, in the order of SuspendedRun's and SuspendedRunToolCall's fields: rows
+# come as tuples, not model instances (which cost more than the rest of the listing together).
+_SNAPSHOT_COLUMNS = ("run_id", "agent_id", "thread_id", "resource_id", "created_at", "suspended_at")
+_CALL_COLUMNS = (
+    "run_id",
+    "tool_call_id",
+    "tool_name",
+    "args",
+    "requires_approval",
+    "suspend_payload",
+    "resume_schema",
+    "risk",
+    "inner_agent_id",
+    "inner_run_id",
+    "inner_tool_call_id",
+)
+
+
+def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
+    """The runs of these snapshot rows (``_SNAPSHOT_COLUMNS``) with their open calls: one query."""
+    calls_by_run: dict[str, list[SuspendedRunToolCall]] = {row[0]: [] for row in rows}
     open_calls = SuspendedToolCall.objects.filter(
         run_id__in=list(calls_by_run), status=SuspendedToolCall.Status.OPEN
     ).order_by("run_id", "position", "id")
-    for c in open_calls:
-        calls_by_run[c.run_id].append(SuspendedRunToolCall.from_row(c))
-    return [
-        SuspendedRun(
-            run_id=s.run_id,
-            agent_id=s.agent_id,
-            thread_id=s.thread_id,
-            resource_id=s.resource_id,
-            created_at=s.created_at,
-            suspended_at=s.suspended_at,
-            tool_calls=calls_by_run[s.run_id],
-        )
-        for s in rows
-    ]
+    for run_id, *call in open_calls.values_list(*_CALL_COLUMNS):
+        calls_by_run[run_id].append(SuspendedRunToolCall(*call))
+    return [SuspendedRun(*row, tool_calls=calls_by_run[row[0]]) for row in rows]
 
 
 # --- unpaged listings, streamed ----------------------------------------------------------------
@@ -201,7 +208,8 @@ class SuspendedRunsStream:
     """
 
     def __init__(self, snapshots: QuerySet[Snapshot]) -> None:
-        self._rows = snapshots.iterator(chunk_size=STREAM_BATCH)  # nothing runs until the first batch
+        # Nothing runs until the first batch.
+        self._rows = snapshots.values_list(*_SNAPSHOT_COLUMNS).iterator(chunk_size=STREAM_BATCH)
         self.done = False
 
     def next_batch(self) -> list[SuspendedRun]:
