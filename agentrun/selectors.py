@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -9,6 +10,7 @@ from itertools import islice
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -202,19 +204,31 @@ STREAM_BATCH = 500
 class SuspendedRunsStream:
     """Every run of an unpaged listing, read a batch at a time instead of all at once.
 
-    The snapshots come through a server-side cursor (PostgreSQL; SQLite reads in chunks too), the open
-    calls one query a batch: memory holds one batch, whatever the number of runs. Sync calls
-    (``next_batch``, ``close``) stay in one thread: the cursor lives on that thread's connection.
+    The snapshots come through a server-side cursor, the open calls one query a batch: memory holds one
+    batch, whatever the number of runs. On PostgreSQL the cursor is read inside a transaction, so that
+    it fetches rows as they are asked for (outside one, PostgreSQL would compute every match before the
+    first: a first byte growing with the listing). SQLite reads in chunks without one (a transaction
+    would hold its write lock). Sync calls (``next_batch``, ``close``) stay in one thread: the cursor
+    and the transaction live on that thread's connection.
     """
 
     def __init__(self, snapshots: QuerySet[Snapshot]) -> None:
         # Nothing runs until the first batch.
         self._rows = snapshots.values_list(*_SNAPSHOT_COLUMNS).iterator(chunk_size=STREAM_BATCH)
+        self._transaction = transaction.atomic() if connection.vendor == "postgresql" else None
+        self._started = False
         self.done = False
 
     def next_batch(self) -> list[SuspendedRun]:
         """The next runs (an empty list at the end); ``done`` once the last one is read."""
-        batch = _with_open_calls(list(islice(self._rows, STREAM_BATCH)))
+        if not self._started and self._transaction is not None:
+            self._transaction.__enter__()
+        self._started = True
+        try:
+            batch = _with_open_calls(list(islice(self._rows, STREAM_BATCH)))
+        except BaseException:
+            self.close(*sys.exc_info())
+            raise
         if len(batch) < STREAM_BATCH:
             self.close()
         return batch
@@ -225,10 +239,14 @@ class SuspendedRunsStream:
             if batch := await sync_to_async(self.next_batch)():
                 yield batch
 
-    def close(self) -> None:
-        """Close the cursor (at the end, or when the reader gives up early)."""
+    def close(self, *exc_info: Any) -> None:
+        """Close the cursor and end the transaction (at the end, or when the reader gives up early)."""
+        if self.done:
+            return
         self.done = True
         self._rows.close()
+        if self._started and self._transaction is not None:
+            self._transaction.__exit__(*(exc_info or (None, None, None)))
 
 
 def stream_suspended_runs(

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from benchmarks.seed import seed
-from tests.system.conftest import create_reviewer
+from tests.system.conftest import create_reviewer, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -51,3 +51,27 @@ def test_a_large_unpaged_listing_is_sent_in_pieces_and_reads_like_the_pages(proc
         answer = requests.get(f"http://127.0.0.1:{port}{path}", {"perPage": 1000, "page": page}, headers=headers)
         paged += answer.json()["runs"]
     assert streamed == {"runs": paged, "total": RUNS}
+
+
+def test_a_client_leaving_half_way_leaves_no_transaction_open(processes):
+    from django.db import connection
+
+    seed(RUNS)
+    token = create_reviewer(processes, "leaving-reviewer")
+    _, port = processes.daphne("daphne", env={"AGENTRUN_EMBEDDED_SWEEPER": "0"})
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        request = (
+            f"GET /api/agents/support-agent/suspended-runs HTTP/1.1\r\nHost: x\r\nAuthorization: Token {token}\r\n\r\n"
+        )
+        sock.sendall(request.replace("Host: x", "Host: 127.0.0.1").encode())
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")  # the first pieces, then we leave
+
+    def open_transactions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()"
+            )
+            return cursor.fetchone()[0]
+
+    wait_until(lambda: open_transactions() == 0, 10, "the streamed listing's transaction to end")
