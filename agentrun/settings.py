@@ -109,9 +109,11 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # psycopg's connection pool, one per process: a request borrows a connection and gives it back
     # (conn_max_age stays 0, as the pool requires) instead of opening one per request (8-16 ms each).
     # AGENTRUN_DB_POOL_MAX bounds this process's connections (its threads wait for one, at most
-    # AGENTRUN_DB_POOL_TIMEOUT seconds); 0 turns the pool off. Size it so that every process's maximum
-    # together stays under the server's max_connections.
-    _pool_max = int(os.environ.get("AGENTRUN_DB_POOL_MAX", "10"))
+    # AGENTRUN_DB_POOL_TIMEOUT seconds); 0 turns the pool off. A thread holds its connection until its
+    # request (or task) ends, so the maximum is also how many threads of a process reach the database at
+    # once. Size it so that every process's maximum together stays under the server's max_connections
+    # (idle connections beyond AGENTRUN_DB_POOL_MIN close after ten minutes).
+    _pool_max = int(os.environ.get("AGENTRUN_DB_POOL_MAX", "20"))
     if _pool_max > 0:
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": min(int(os.environ.get("AGENTRUN_DB_POOL_MIN", "2")), _pool_max),
