@@ -16,6 +16,8 @@ from agentrun.fanout import subscribe
 from agentrun.models import Run
 from agentrun.wire import decision_kwargs, decode_frame, stream_kwargs
 
+MESSAGE_TOO_BIG = 1009
+
 
 def _error(code: str, message: str) -> dict:
     return {"type": "error", "error": {"code": code, "message": message}}
@@ -110,6 +112,10 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         except AgentRunError as exc:
             if getattr(self, "agent", None) is not None:  # a refused socket answers nothing
                 await self.send_json(_error(exc.code, exc.message))
+                if exc.code == "PAYLOAD_TOO_LARGE":
+                    # Over 1 MiB: the error frame, then close 1009 (message too big), as the server
+                    # itself does for a frame it will not read (agentrun.daphne_ws).
+                    await self.close(code=MESSAGE_TOO_BIG)
             return
         await self.receive_json(content)
 

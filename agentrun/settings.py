@@ -139,6 +139,10 @@ TASKS = {
     "default": {
         # Embedded default: in the server process. Production: "django_tasks_db.DatabaseBackend".
         "BACKEND": os.environ.get("AGENTRUN_TASK_BACKEND", "agentrun.tasks_backend.InProcessBackend"),
+        # "default": the engine's continuations and background tool calls; "notifications": webhook
+        # deliveries and email (production runs a worker of its own for it: a slow receiver never
+        # holds a continuation back).
+        "QUEUES": ["default", "notifications"],
     }
 }
 
@@ -181,10 +185,20 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SERVE_INCLUDE_SCHEMA": False,
     "PREPROCESSING_HOOKS": ["agentrun.api.schema.drop_slash_aliases"],
+    # One name per choice set: without it drf-spectacular names colliding fields ("object", "type",
+    # "events") by hash (ObjectF31Enum) and warns (drf_spectacular.W001), which fails
+    # `check --deploy --fail-level WARNING` in scripts/production.sh.
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "agentrun.models.Run.Status",
         "StepStatusEnum": "agentrun.models.RunStep.Status",
+        "StepTypeEnum": "agentrun.models.RunStep.Type",
         "BackgroundTaskStatusEnum": "agentrun.api.views.BACKGROUND_TASK_STATUSES",
+        "EventTypeEnum": "agentrun.events.EVENT_TYPES",
+        "ListObjectEnum": ["list"],
+        "RunObjectEnum": ["thread.run"],
+        "StepObjectEnum": ["thread.run.step"],
+        "MessageObjectEnum": ["thread.message"],
+        "BackgroundTaskObjectEnum": ["background_task"],
     },
 }
 
@@ -267,7 +281,7 @@ elif _EMAIL_BACKEND.endswith("smtp.EmailBackend"):
         "username": os.environ.get("EMAIL_HOST_USER", ""),
         "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
         "use_tls": env_bool("EMAIL_USE_TLS", False),
-        "timeout": 10,  # a mail server that hangs holds a notification thread this long at most
+        "timeout": 10,  # a mail server that hangs holds a notifications task this long at most
     }
 MAILERS = {"default": {"BACKEND": _EMAIL_BACKEND, "OPTIONS": _email_options}}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agentrun <agentrun@localhost>")
@@ -282,8 +296,6 @@ AGENTRUN_DIGEST_SECONDS = float(os.environ.get("AGENTRUN_DIGEST_SECONDS", "3600"
 AGENTRUN_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTRUN_WEBHOOK_TIMEOUT_SECONDS", "5"))
 AGENTRUN_WEBHOOK_RETRY_SECONDS = float(os.environ.get("AGENTRUN_WEBHOOK_RETRY_SECONDS", "10"))
 AGENTRUN_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("AGENTRUN_WEBHOOK_MAX_ATTEMPTS", "12"))
-# Threads per process that send webhooks and email (never the engine's, nor the task queue's).
-AGENTRUN_NOTIFY_THREADS = int(os.environ.get("AGENTRUN_NOTIFY_THREADS", "4"))
 # How long a process trusts its in-memory view of who subscribes (endpoints, email recipients)
 # before reading it again; changes made in the same process apply at once.
 AGENTRUN_EVENTS_REFRESH_SECONDS = float(os.environ.get("AGENTRUN_EVENTS_REFRESH_SECONDS", "5"))

@@ -46,6 +46,22 @@ class StatementLog:
                 self.statements.append(sql)
         return execute(sql, params, many, context)
 
+    def install_here(self) -> None:
+        """Also count on the connections this thread has already opened (run it on asgiref's database
+        thread, ``await db(log.install_here)()``: the engine's connection there may predate the log)."""
+        from django.db import connections
+
+        for connection in connections.all(initialized_only=True):
+            if self not in connection.execute_wrappers:
+                connection.execute_wrappers.append(self)
+
+    def uninstall_here(self) -> None:
+        from django.db import connections
+
+        for connection in connections.all(initialized_only=True):
+            if self in connection.execute_wrappers:
+                connection.execute_wrappers.remove(self)
+
     @contextmanager
     def phase(self) -> Iterator[list[str]]:
         """The statements run inside the block."""
@@ -63,8 +79,7 @@ class StatementLog:
 
 @contextmanager
 def statement_log() -> Iterator[StatementLog]:
-    """Install a ``StatementLog`` on every connection, present and future, for the block's duration."""
-    from django.db import connections
+    """Install a ``StatementLog`` on this thread's connections and every new one, for the block's duration."""
     from django.db.backends.signals import connection_created
 
     log = StatementLog()
@@ -74,16 +89,13 @@ def statement_log() -> Iterator[StatementLog]:
             connection.execute_wrappers.append(log)
 
     connection_created.connect(install, weak=False)
-    for connection in connections.all(initialized_only=True):
-        install(connection)
+    log.install_here()
     try:
         yield log
     finally:
         connection_created.disconnect(install)
         # Connections of other threads keep the (inert) wrapper until they close; this thread's go now.
-        for connection in connections.all(initialized_only=True):
-            if log in connection.execute_wrappers:
-                connection.execute_wrappers.remove(log)
+        log.uninstall_here()
 
 
 async def one_cycle(log: StatementLog, index: int) -> dict:
@@ -127,9 +139,15 @@ def measure_cycle(n: int = 50, *, keep_sql: bool = False) -> dict:
     """
     from django.db import connection
 
+    from agentrun.engine.runtime import db
+
     async def cycles(log: StatementLog) -> list[dict]:
-        await one_cycle(log, -1)  # warm up: model, registry, connections
-        return [await one_cycle(log, i) for i in range(n)]
+        await db(log.install_here)()
+        try:
+            await one_cycle(log, -1)  # warm up: model, registry, connections
+            return [await one_cycle(log, i) for i in range(n)]
+        finally:
+            await db(log.uninstall_here)()
 
     with statement_log() as log:
         results = asyncio.run(cycles(log))

@@ -1,32 +1,43 @@
 #!/usr/bin/env bash
-# Production start: migrate, check, then N daphne web processes and M workers (tasks + the sweep).
+# Production start on one machine: migrate, check, then N web processes, M workers and the
+# notifications workers (webhooks, email) under agentrun.supervisor (a dead process is restarted with
+# backoff, the others untouched; SIGTERM stops them all within AGENTRUN_DRAIN_SECONDS + 5 s).
+# README "Production" has the whole story.
 #
 #   DATABASE_URL=postgres://… REDIS_URL=redis://… SECRET_KEY=… ALLOWED_HOSTS=agentrun.example.com \
-#   AGENTRUN_HTTPS=1 AGENTRUN_WEB_PROCESSES=2 AGENTRUN_WORKERS=2 scripts/production.sh
+#   AGENTRUN_HTTPS=1 EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend \
+#   AGENTRUN_WEB_PROCESSES=2 AGENTRUN_WORKERS=2 scripts/production.sh
 #
 # Web processes listen on PORT, PORT+1, …; put a load balancer (with websocket support) in front.
+# One process per container instead: deploy/Procfile and deploy/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-DAPHNE=${DAPHNE:-.venv/bin/daphne}
 WEB=${AGENTRUN_WEB_PROCESSES:-2}
 WORKERS=${AGENTRUN_WORKERS:-2}
+NOTIFY_WORKERS=${AGENTRUN_NOTIFY_WORKERS:-1}
 PORT=${PORT:-8000}
 BIND=${BIND:-127.0.0.1}
 : "${DATABASE_URL:?set DATABASE_URL (postgres://…)}"
 : "${REDIS_URL:?set REDIS_URL (redis://…)}"
 : "${SECRET_KEY:?set SECRET_KEY (the same for every process)}"
 export AGENTRUN_TASK_BACKEND=${AGENTRUN_TASK_BACKEND:-django_tasks_db.DatabaseBackend}
+export AGENTRUN_EMBEDDED_SWEEPER=0  # workers sweep; the web processes need not
 
 "$PY" manage.py migrate --noinput
 "$PY" manage.py check --deploy --fail-level WARNING
 
-trap 'kill 0' INT TERM EXIT
+py=$(printf '%q' "$PY")
+processes=()
 for i in $(seq 0 $((WEB - 1))); do
-  # Workers sweep; the web processes need not.
-  AGENTRUN_EMBEDDED_SWEEPER=0 "$DAPHNE" -b "$BIND" -p $((PORT + i)) agentrun.asgi:application &
+  processes+=(--process "web-$i=$py -m agentrun.daphne_ws -b $BIND -p $((PORT + i)) agentrun.asgi:application")
 done
 for i in $(seq 1 "$WORKERS"); do
-  "$PY" manage.py agentrun_worker --interval 0.2 &
+  processes+=(--process "worker-$i=$py manage.py agentrun_worker --interval 1")
 done
-wait -n
+for i in $(seq 1 "$NOTIFY_WORKERS"); do
+  # Webhooks and email: a queue of their own, so a slow receiver never holds a continuation back.
+  processes+=(--process "notify-$i=$py manage.py agentrun_worker --queue-name notifications --interval 1")
+done
+# exec: the supervisor is this script's process, so a SIGTERM sent to the script reaches it.
+exec "$PY" -m agentrun.supervisor "${processes[@]}"

@@ -6,38 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+import threading
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db.models import Q
-from django.utils import timezone
 
 from agentrun import events, health
 from agentrun.engine import background, store, timeouts
 from agentrun.engine.decisions import expire_due_runs
 from agentrun.engine.dispatch import continue_run
 from agentrun.engine.runtime import db
-from agentrun.models import Run, SuspendedToolCall
 
 logger = logging.getLogger("agentrun.sweeper")
-
-
-def stalled_runs() -> list[tuple[str, str]]:
-    """Runs nobody drives although they should be driven: a lease that expired (its holder died), or a
-    decision recorded whose continuation never started (its dispatcher died after the commit)."""
-    now = timezone.now()
-    grace = now - timedelta(seconds=settings.AGENTRUN_LEASE_SECONDS)
-    expired = Run.objects.filter(lease_owner__isnull=False, lease_expires_at__lt=now).exclude(
-        status__in=Run.FINAL_STATUSES
-    )
-    undriven = Run.objects.filter(
-        lease_owner__isnull=True,
-        suspended_calls__status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING],
-        suspended_calls__decision__decided_at__lt=grace,
-    )
-    rows = Run.objects.filter(Q(pk__in=expired.values("pk")) | Q(pk__in=undriven.values("pk")))
-    return list(rows.values_list("agent_id", "id").distinct()[:100])
 
 
 async def sweep_once() -> dict:
@@ -47,34 +27,34 @@ async def sweep_once() -> dict:
     expired = await sync_to_async(expire_due_runs)()
     # After expiry (the agent's TTL is the outer bound); db(): a decided call's continuation runs here.
     timed = await db(timeouts.sweep)()
-    stalled = await sync_to_async(stalled_runs)()
-    dispatched_runs = 0
+    # Every worker sweeps: each stalled run is claimed by one of them, once per lease period (the
+    # continuation may wait in the queue longer than one sweep round).
+    stalled = await sync_to_async(store.claim_stalled_runs)()
     for agent_id, run_id in stalled:
-        # Every worker sweeps: only the one that claims the run dispatches it, once per lease period
-        # (the continuation may wait in the queue longer than one sweep round).
-        if not await sync_to_async(store.claim_for_dispatch)(run_id):
-            continue
         logger.warning("run %s has no live driver: continuing it", run_id)
         await continue_run.aenqueue(agent_id, run_id)
-        dispatched_runs += 1
     recovered = await sync_to_async(background.recover_abandoned)()
     dispatched = await background.dispatch_pending()
-    await sync_to_async(events.sweep)()  # webhooks and email: hands work to their own threads
+    await sync_to_async(events.sweep)()  # webhooks and email: enqueue again what lost its task
     await sync_to_async(health.record_heartbeat)()  # /healthz: this process sweeps
     return {
         "expired": expired,
         **timed,
-        "stalled": dispatched_runs,
+        "stalled": len(stalled),
         "recovered": recovered,
         "dispatched": dispatched,
     }
 
 
-async def run_forever(interval: float | None = None) -> None:
+async def run_forever(interval: float | None = None, stop: threading.Event | None = None) -> None:
+    """Sweep every ``interval`` seconds, until ``stop`` is set (a worker shutting down)."""
     interval = interval or settings.AGENTRUN_SWEEP_SECONDS
-    while True:
+    stop = stop or threading.Event()
+    while not stop.is_set():
         try:
             await sweep_once()
         except Exception:  # the sweep must outlive a bad round (a database restart, say)
+            if stop.is_set():
+                return  # the process is exiting under this round: not a failure
             logger.exception("sweep failed")
         await asyncio.sleep(interval)

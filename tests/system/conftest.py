@@ -74,9 +74,18 @@ class Processes:
         self.logdir = logdir
         self.procs: list[subprocess.Popen] = []
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None, new_session: bool = False
+    ) -> subprocess.Popen:
         log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(args, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env={**self.env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=new_session,  # a supervisor's signals to its group never reach pytest
+        )
         self.procs.append(proc)
         return proc
 
@@ -85,14 +94,24 @@ class Processes:
     ) -> tuple[subprocess.Popen, int]:
         """A daphne server; ``port`` given: restart on that port (waits until it is free)."""
         port = port or free_port()
-        args = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentrun.asgi:application"]
+        args = [str(BIN / "python"), "-m", "agentrun.daphne_ws", "-b", "127.0.0.1", "-p", str(port)]
+        args.append("agentrun.asgi:application")  # agentrun's daphne, as scripts/production.sh runs it
         proc = self._spawn(name, args, env)
         wait_for_port(port, proc)
         return proc, port
 
-    def worker(self, name: str, interval: float = 0.1, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def worker(
+        self, name: str, interval: float = 0.1, env: dict[str, str] | None = None, queues: str = "default"
+    ) -> subprocess.Popen:
         args = [str(BIN / "python"), "manage.py", "agentrun_worker", "--interval", str(interval)]
-        return self._spawn(name, args, env)
+        return self._spawn(name, [*args, "--queue-name", queues], env)
+
+    def script(self, name: str, path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A shell script of the repository (``scripts/production.sh``), in a session of its own."""
+        return self._spawn(name, [str(ROOT / path)], env, new_session=True)
+
+    def log(self, name: str) -> str:
+        return (self.logdir / f"{name}.log").read_text(errors="replace")
 
     def manage(self, *args: str, timeout: float = 120) -> str:
         """Run ``manage.py`` with the processes' environment (their database, not the test's)."""
@@ -150,6 +169,9 @@ def processes(transactional_db, tmp_path):
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )
+    # The browser tests' conftest (imported whenever tests/ is collected) sets this for its own process;
+    # a server must run with Django's async safety on, as in production (its deploy check refuses it).
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     procs = Processes(env, tmp_path)
     _running.append(procs)
     yield procs
