@@ -49,6 +49,6 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
+## The benchmark suite (docs/performance.md): one table. BENCH_N=1000000 for the big one; PostgreSQL + Redis.
 bench: setup
-	$(BIN)/python benchmarks/stream_fanout.py
-	$(BIN)/python benchmarks/outbox.py
+	BENCH_PG=$(PG_URL) BENCH_REDIS_URL=$(REDIS) $(BIN)/python benchmarks/suite.py

@@ -19,6 +19,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
+from django.db import connection
 from django.utils import timezone
 
 from agentrun.models import Run, RunChunk
@@ -63,13 +64,30 @@ class RunPublisher:
             await self.task
 
 
+def release_connection() -> None:
+    """Give this thread's database connection back to its pool (PostgreSQL's pool only).
+
+    A stream (SSE, a decision followed live) may wait minutes between two reads: holding a pooled
+    connection meanwhile, a few open streams would take every connection of the process
+    (``AGENTRUN_DB_POOL_MAX``) and stall its requests. Without a pool, keeping it is cheaper.
+    """
+    if connection.settings_dict["OPTIONS"].get("pool") and not connection.in_atomic_block:
+        connection.close()
+
+
 def _load_chunks(run_id: str, after: int) -> list[dict]:
-    return [c.to_chunk() for c in RunChunk.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")]
+    try:
+        return [c.to_chunk() for c in RunChunk.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")]
+    finally:
+        release_connection()
 
 
 def _run_state(run_id: str) -> tuple[str | None, bool]:
     """(status, someone is driving it)."""
-    row = Run.objects.filter(pk=run_id).values("status", "lease_owner", "lease_expires_at").first()
+    try:
+        row = Run.objects.filter(pk=run_id).values("status", "lease_owner", "lease_expires_at").first()
+    finally:
+        release_connection()
     if row is None:
         return None, False
     expires = row["lease_expires_at"]

@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -138,15 +143,7 @@ def list_suspended_runs(
     start = parse_datetime_bound(from_date, "fromDate")
     end = parse_datetime_bound(to_date, "toDate")
 
-    snapshots = Snapshot.objects.filter(agent_id=agent_id)
-    if thread_id:
-        snapshots = snapshots.filter(thread_id=thread_id)
-    if resource_id:
-        snapshots = snapshots.filter(resource_id=resource_id)
-    if start is not None:
-        snapshots = snapshots.filter(created_at__gte=start)
-    if end is not None:
-        snapshots = snapshots.filter(created_at__lte=end)
+    snapshots = _matching(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
     now = timezone.now()
     dated = start is not None or end is not None
     total = _open_total(snapshots, now, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, dated=dated)
@@ -154,26 +151,7 @@ def list_suspended_runs(
     ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
         ordered = ordered[page * per_page : (page + 1) * per_page]
-    page_rows = list(ordered)
-    calls_by_run: dict[str, list[SuspendedRunToolCall]] = {s.run_id: [] for s in page_rows}
-    open_calls = SuspendedToolCall.objects.filter(
-        run_id__in=list(calls_by_run), status=SuspendedToolCall.Status.OPEN
-    ).order_by("run_id", "position", "id")
-    for c in open_calls:
-        calls_by_run[c.run_id].append(SuspendedRunToolCall.from_row(c))
-    runs = [
-        SuspendedRun(
-            run_id=s.run_id,
-            agent_id=s.agent_id,
-            thread_id=s.thread_id,
-            resource_id=s.resource_id,
-            created_at=s.created_at,
-            suspended_at=s.suspended_at,
-            tool_calls=calls_by_run[s.run_id],
-        )
-        for s in page_rows
-    ]
-    return SuspendedRunsPage(runs=runs, total=total)
+    return SuspendedRunsPage(runs=_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS))), total=total)
 
 
 def _open_total(
@@ -207,6 +185,128 @@ def _open_total(
         scope, scope_id = SnapshotCount.Scope.RESOURCE, resource_id
     counters = SnapshotCount.objects.filter(agent_id=agent_id, scope=scope, scope_id=scope_id)
     return counters.aggregate(total=Coalesce(Sum("snapshots"), Value(0)) - expired)["total"]
+
+
+def _matching(
+    *, agent_id: str, thread_id: str | None, resource_id: str | None, start: datetime | None, end: datetime | None
+) -> QuerySet[Snapshot]:
+    """The snapshots matching the listing's filters (expiry aside)."""
+    snapshots = Snapshot.objects.filter(agent_id=agent_id)
+    if thread_id:
+        snapshots = snapshots.filter(thread_id=thread_id)
+    if resource_id:
+        snapshots = snapshots.filter(resource_id=resource_id)
+    if start is not None:
+        snapshots = snapshots.filter(created_at__gte=start)
+    if end is not None:
+        snapshots = snapshots.filter(created_at__lte=end)
+    return snapshots
+
+
+# The columns the listing reads, in the order of SuspendedRun's and SuspendedRunToolCall's fields: rows
+# come as tuples, not model instances (which cost more than the rest of the listing together).
+_SNAPSHOT_COLUMNS = ("run_id", "agent_id", "thread_id", "resource_id", "created_at", "suspended_at")
+_CALL_COLUMNS = (
+    "run_id",
+    "tool_call_id",
+    "tool_name",
+    "args",
+    "requires_approval",
+    "suspend_payload",
+    "resume_schema",
+    "risk",
+    "inner_agent_id",
+    "inner_run_id",
+    "inner_tool_call_id",
+)
+
+
+def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
+    """The runs of these snapshot rows (``_SNAPSHOT_COLUMNS``) with their open calls: one query."""
+    calls_by_run: dict[str, list[SuspendedRunToolCall]] = {row[0]: [] for row in rows}
+    open_calls = SuspendedToolCall.objects.filter(
+        run_id__in=list(calls_by_run), status=SuspendedToolCall.Status.OPEN
+    ).order_by("run_id", "position", "id")
+    for run_id, *call in open_calls.values_list(*_CALL_COLUMNS):
+        calls_by_run[run_id].append(SuspendedRunToolCall(*call))
+    return [SuspendedRun(*row, tool_calls=calls_by_run[row[0]]) for row in rows]
+
+
+# --- unpaged listings, streamed ----------------------------------------------------------------
+STREAM_BATCH = 500
+
+
+class SuspendedRunsStream:
+    """Every run of an unpaged listing, read a batch at a time instead of all at once.
+
+    The snapshots come through a server-side cursor, the open calls one query a batch: memory holds one
+    batch, whatever the number of runs. On PostgreSQL the cursor is read inside a transaction, so that
+    it fetches rows as they are asked for (outside one, PostgreSQL would compute every match before the
+    first: a first byte growing with the listing). SQLite reads in chunks without one (a transaction
+    would hold its write lock). Sync calls (``next_batch``, ``close``) stay in one thread: the cursor
+    and the transaction live on that thread's connection.
+    """
+
+    def __init__(self, snapshots: QuerySet[Snapshot]) -> None:
+        # Nothing runs until the first batch.
+        self._rows = snapshots.values_list(*_SNAPSHOT_COLUMNS).iterator(chunk_size=STREAM_BATCH)
+        self._transaction = transaction.atomic() if connection.vendor == "postgresql" else None
+        self._started = False
+        self.done = False
+
+    def next_batch(self) -> list[SuspendedRun]:
+        """The next runs (an empty list at the end); ``done`` once the last one is read."""
+        if not self._started and self._transaction is not None:
+            self._transaction.__enter__()
+        self._started = True
+        try:
+            batch = _with_open_calls(list(islice(self._rows, STREAM_BATCH)))
+        except BaseException:
+            self.close(*sys.exc_info())
+            raise
+        if len(batch) < STREAM_BATCH:
+            self.close()
+        return batch
+
+    async def batches(self) -> AsyncIterator[list[SuspendedRun]]:
+        """The batches not read yet, each read in the caller's database thread (thread-sensitive)."""
+        while not self.done:
+            if batch := await sync_to_async(self.next_batch)():
+                yield batch
+
+    def close(self, *exc_info: Any) -> None:
+        """Close the cursor and end the transaction (at the end, or when the reader gives up early)."""
+        if self.done:
+            return
+        self.done = True
+        self._rows.close()
+        if self._started and self._transaction is not None:
+            self._transaction.__exit__(*(exc_info or (None, None, None)))
+
+
+def stream_suspended_runs(
+    *,
+    agent_id: str,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    from_date: datetime | str | None = None,
+    to_date: datetime | str | None = None,
+    per_page: int | str | None = None,
+    page: int | str | None = None,
+) -> SuspendedRunsStream:
+    """``list_suspended_runs`` without paging, streamed: the runs in the same order, with the same fields.
+
+    The arguments are checked here, before any run is read. ``per_page`` or ``page`` alone does not page
+    (the contract pages only with both) but is checked all the same, as ``list_suspended_runs`` does.
+    """
+    _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
+    _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
+    start = parse_datetime_bound(from_date, "fromDate")
+    end = parse_datetime_bound(to_date, "toDate")
+    snapshots = _matching(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
+    # As in list_suspended_runs: a run past its time to live is not listed.
+    listed = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+    return SuspendedRunsStream(listed.order_by("-created_at", "-run_id"))
 
 
 def decision_history(

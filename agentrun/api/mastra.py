@@ -43,7 +43,7 @@ from agentrun.api.urls import both
 from agentrun.engine.agents import Agent, all_agents
 from agentrun.engine.service import decide_tool_call
 from agentrun.errors import AgentRunError
-from agentrun.fanout import subscribe
+from agentrun.fanout import release_connection, subscribe
 from agentrun.models import Decision, Run
 from agentrun.wire import decision_kwargs, stream_kwargs
 
@@ -151,6 +151,7 @@ async def _events(chunks: AsyncIterator[dict], run_id: str | None) -> AsyncItera
 
 
 def mastra_event_stream(chunks: AsyncIterator[dict], run_id: str | None = None) -> StreamingHttpResponse:
+    release_connection()  # the view's: the stream may last long (see agentrun.fanout)
     response = StreamingHttpResponse(_events(chunks, run_id), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: send each event at once
@@ -285,6 +286,7 @@ def _json_stream(make: Callable[..., Awaitable[dict]], *args: Any) -> StreamingH
             data = mastra_error(exc.to_dict())
         yield json.dumps(data).encode()
 
+    release_connection()  # the view's: the run may take long to rest (see agentrun.fanout)
     return StreamingHttpResponse(body(), content_type="application/json")
 
 

@@ -10,6 +10,7 @@ from contextlib import aclosing
 from django.http import StreamingHttpResponse
 
 from agentrun.errors import AgentRunError
+from agentrun.fanout import release_connection
 
 logger = logging.getLogger("agentrun.api")
 
@@ -35,6 +36,7 @@ async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
 
 
 def event_stream_response(chunks: AsyncIterator[dict], status: int = 200) -> StreamingHttpResponse:
+    release_connection()  # the view's: the stream may last long, and reads the database on its own
     response = StreamingHttpResponse(_events(chunks), status=status, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: send each event at once

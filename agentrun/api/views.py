@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -33,7 +35,13 @@ from agentrun.engine.service import DecisionRequest
 from agentrun.errors import AgentRunError
 from agentrun.fanout import subscribe
 from agentrun.models import BackgroundTask, Message, Run, RunStep, Thread
-from agentrun.selectors import decision_history, list_suspended_runs
+from agentrun.selectors import (
+    SuspendedRun,
+    SuspendedRunsStream,
+    decision_history,
+    list_suspended_runs,
+    stream_suspended_runs,
+)
 from agentrun.wire import batch_requests, decision_kwargs, stream_kwargs
 
 JSON = "application/json"
@@ -147,19 +155,51 @@ class SuspendedRunsView(ApiView):
         ],
         responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
     )
-    def get(self, request: Request, agentId: str) -> Response:  # noqa: N803
+    def get(self, request: Request, agentId: str) -> Response | StreamingHttpResponse:  # noqa: N803
         agent = agent_or_404(agentId, request.user)
         q = request.query_params
-        page = list_suspended_runs(
-            agent_id=agent.id,
-            thread_id=q.get("threadId") or None,
-            resource_id=q.get("resourceId") or None,
-            from_date=q.get("fromDate"),
-            to_date=q.get("toDate"),
-            per_page=q.get("perPage"),
-            page=q.get("page"),
-        )
-        return Response(page.to_dict())
+        filters = {
+            "agent_id": agent.id,
+            "thread_id": q.get("threadId") or None,
+            "resource_id": q.get("resourceId") or None,
+            "from_date": q.get("fromDate"),
+            "to_date": q.get("toDate"),
+        }
+        per_page, page = q.get("perPage"), q.get("page")
+        if per_page and page:
+            return Response(list_suspended_runs(**filters, per_page=per_page, page=page).to_dict())
+        # Unpaged: every match. One batch or less: a plain answer; more: streamed, batch by batch.
+        stream = stream_suspended_runs(**filters, per_page=per_page, page=page)
+        first = stream.next_batch()
+        if stream.done:
+            return Response({"runs": [run.to_dict() for run in first], "total": len(first)})
+        return StreamingHttpResponse(StreamedListing(first, stream), content_type=JSON)
+
+
+class StreamedListing:
+    """An unpaged listing's body, batch by batch: the bytes DRF's JSONRenderer makes of the whole page.
+
+    Memory holds one batch. Django calls ``close()`` when the response ends, also when the client went
+    away half-way: the cursor is closed then. ``total`` (every match: nothing is paged) ends the body.
+    """
+
+    def __init__(self, first: list[SuspendedRun], stream: SuspendedRunsStream) -> None:
+        self.first, self.stream = first, stream
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._body()
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        renderer = JSONRenderer()
+        yield b'{"runs":[' + renderer.render([run.to_dict() for run in self.first])[1:-1]
+        total = len(self.first)
+        async for batch in self.stream.batches():
+            yield b"," + renderer.render([run.to_dict() for run in batch])[1:-1]  # the items, without brackets
+            total += len(batch)
+        yield b'],"total":%d}' % total
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 # --- decisions -----------------------------------------------------------------------------------

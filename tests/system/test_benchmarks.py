@@ -1,0 +1,64 @@
+"""The benchmark suite at a tiny N, so that it cannot rot: every row of its table gets a number.
+
+Not a performance test: the figures are not checked (docs/performance.md has them, from `make bench`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.system.conftest import ROOT
+
+pytestmark = [pytest.mark.system, pytest.mark.postgres]
+
+ROWS = [
+    "REST request floor",
+    "REST listing, 30 suspended runs, unfiltered first page",
+    "REST listing, t(30) / t(30), unfiltered first page",
+    "REST listing, 30, by thread, first page",
+    "REST listing, 30, by resource, first page",
+    "Python `list_suspended_runs`, 30, unfiltered first page",
+    "REST listing, no paging, 30 matching runs: first byte",
+    "REST listing, no paging, 30 matching runs: daphne RSS growth",
+    "REST listing, no paging, 30 matching runs: total",
+    "suspend → approve → complete, in-process, SQLite",
+    "suspend → approve → complete, in-process, PostgreSQL",
+    "approve over REST on web B → first continuation chunk",
+    "chunks/s to each of 10 `ws/runs` subscribers",
+    "the subscriber furthest behind",
+]
+
+
+def test_the_suite_prints_every_row_with_a_number():
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    server = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/postgres"
+    env = dict(
+        os.environ,
+        BENCH_PG=server,
+        BENCH_DB_PREFIX=f"{db['NAME']}_bench_{os.getpid()}",
+        BENCH_REDIS_URL=settings.REDIS_URL,
+    )
+    small = ["--n", "30", "--reference-n", "30", "--repeat", "3", "--latency-runs", "2", "--words", "200"]
+    done = subprocess.run(
+        [sys.executable, "benchmarks/suite.py", *small, "--cycles", "2", "--drop"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert "load average" in done.stdout and "CPUs" in done.stdout
+    assert len(rows) == len(ROWS), done.stdout
+    for label, row in zip(ROWS, rows, strict=True):
+        what, measured = row.split(" | ")[:2]
+        assert label in what, (label, row)
+        assert re.search(r"\d", measured), row
