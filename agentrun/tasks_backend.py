@@ -51,8 +51,8 @@ class InProcessBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict) -> None:
         super().__init__(alias, params)
-        # Tasks started and not finished (those waiting for their run_after aside): id -> their loop.
-        self._busy: dict[str, asyncio.AbstractEventLoop | None] = {}
+        # Tasks started and not finished (those waiting for their run_after aside): id -> (queue, loop).
+        self._busy: dict[str, tuple[str, asyncio.AbstractEventLoop | None]] = {}
         self._lock = threading.Lock()
 
     def enqueue(self, task, args, kwargs):  # noqa: ANN001, ANN201 - the framework's signature
@@ -88,30 +88,31 @@ class InProcessBackend(BaseTaskBackend):
         return result
 
     def _start(self, result: TaskResult) -> None:
+        queue = result.task.queue_name
         with self._lock:
-            self._busy[result.id] = None  # busy from now; its loop is known once submitted
+            self._busy[result.id] = (queue, None)  # busy from now; its loop is known once submitted
         loop = runtime.submit(self._execute(result))
         with self._lock:
-            if self._busy.get(result.id, loop) is None:  # not finished already
-                self._busy[result.id] = loop
+            if result.id in self._busy:  # not finished already
+                self._busy[result.id] = (queue, loop)
 
     def _mark(self, result: TaskResult, busy: bool) -> None:
         with self._lock:
             if busy:
-                self._busy[result.id] = asyncio.get_running_loop()
+                self._busy[result.id] = (result.task.queue_name, asyncio.get_running_loop())
             else:
                 self._busy.pop(result.id, None)
 
-    def wait_idle(self, timeout: float = 30.0) -> None:
-        """Until no task is queued or running, except those waiting for a later ``run_after`` and those
-        whose event loop is gone (a test's) — for tests."""
+    def wait_idle(self, timeout: float = 30.0, queue: str | None = None) -> None:
+        """Until no task (of ``queue``, or of any) is queued or running, except those waiting for a later
+        ``run_after`` and those whose event loop is gone (a test's) — for tests."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                for task_id, loop in list(self._busy.items()):
+                for task_id, (_, loop) in list(self._busy.items()):
                     if loop is not None and (loop.is_closed() or not loop.is_running()):
                         del self._busy[task_id]
-                busy = len(self._busy)
+                busy = sum(1 for q, _ in self._busy.values() if queue in (None, q))
             if not busy:
                 return
             if time.monotonic() > deadline:

@@ -70,6 +70,10 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
             test["NAME"] = f"{test['NAME']}.{os.getpid()}"
     else:
         test["NAME"] = f"{test.get('NAME') or 'test_' + db['NAME']}_{os.getpid()}"
+        # No connection pool in the test process: its helper threads (racing deciders, executors) keep
+        # a connection each until they end, which would drain a pool of AGENTRUN_DB_POOL_MAX for later
+        # tests. The servers the system tests start use the pool, as production does.
+        db.get("OPTIONS", {}).pop("pool", None)
 
 
 @pytest.fixture(autouse=True)

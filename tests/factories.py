@@ -28,9 +28,10 @@ def tool_line(tool_id: str, args: dict | str) -> str:
     return f"/tool {tool_id} {args if isinstance(args, str) else json.dumps(args)}"
 
 
-def wait_for_tasks(timeout: float = 30.0) -> None:
-    """Until the in-process task backend runs nothing (retries waiting for their time aside)."""
-    task_backends["default"].wait_idle(timeout)
+def wait_for_tasks(timeout: float = 30.0, queue: str = "notifications") -> None:
+    """Until the in-process task backend runs no task of ``queue`` (retries waiting for their time
+    aside): webhooks and email by default."""
+    task_backends["default"].wait_idle(timeout, queue=queue)
 
 
 def record_decision(
