@@ -30,6 +30,15 @@ GAP_POLL_SECONDS = 0.05
 LOG_POLL_SECONDS = 0.25  # following a run from the log alone, while the channel layer is down
 
 
+class SubscriberBehind(Exception):  # noqa: N818 - a state, not an error of ours
+    """The subscriber reads slower than the run produces: more than ``max_lag`` live chunks wait for it.
+    It should reconnect after ``resume_after``, the last seq it was given (the log has the rest)."""
+
+    def __init__(self, resume_after: int) -> None:
+        super().__init__(f"resume after={resume_after}")
+        self.resume_after = resume_after
+
+
 def run_group(run_id: str) -> str:
     return f"run.{run_id}"
 
@@ -81,13 +90,20 @@ FINAL = {"completed", "failed", "cancelled", "expired"}
 
 
 async def subscribe(
-    run_id: str, after: int = 0, *, until: str = "final", after_a_finish: bool = False
+    run_id: str,
+    after: int = 0,
+    *,
+    until: str = "final",
+    after_a_finish: bool = False,
+    max_lag: int | None = None,
 ) -> AsyncIterator[dict]:
     """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones.
 
     ``until="final"`` ends once the run is final (websockets); ``until="rest"`` ends once it is
     suspended or final and nobody drives it (SSE ``GET /api/runs/{id}/stream``). ``after_a_finish``:
     not before a ``finish`` went by (a segment queued for a worker has not started yet).
+    ``max_lag``: raise ``SubscriberBehind`` when the run has published more than that many chunks
+    the consumer has not taken yet (it reads slower than the run produces).
     """
     layer = get_channel_layer()
     group = run_group(run_id)
@@ -101,14 +117,27 @@ async def subscribe(
     poll = 1.0 if channel else LOG_POLL_SECONDS
 
     async def pump() -> None:
+        nonlocal newest
         while channel:
             message = await layer.receive(channel)
             for chunk in message.get("chunks", []):
                 live.put_nowait(chunk)
+                newest = max(newest, chunk["seq"])
 
-    receiver = asyncio.get_running_loop().create_task(pump())
-    last = after
+    last = after  # the highest seq taken (from the log or live), in order
+    given = after  # the highest seq handed to our consumer (a batch read from the log is taken at once)
+    newest = after  # the highest seq published since we joined
     finished = False
+    receiver = asyncio.get_running_loop().create_task(pump())
+
+    def give(chunk: dict) -> dict:
+        # Chunks the run produced that our consumer has not taken yet (duplicates of the replay do
+        # not count): past max_lag it is too far behind to be kept up to date live.
+        nonlocal given
+        if max_lag is not None and newest - given > max_lag:
+            raise SubscriberBehind(given)
+        given = chunk["seq"]
+        return chunk
 
     def accept(chunk: dict) -> bool:
         """Take the chunk if it is the next one; a duplicate or one ahead of a gap is not taken."""
@@ -126,7 +155,7 @@ async def subscribe(
     try:
         while True:
             for chunk in await from_log():
-                yield chunk
+                yield give(chunk)
             status, driving = await sync_to_async(_run_state)(run_id)
             if status is None:
                 return
@@ -134,7 +163,7 @@ async def subscribe(
             if _rested(status, driving, until) and (finished or not after_a_finish or status in FINAL):
                 # Read the log once more: the final chunks may have landed after our last read.
                 for chunk in await from_log():
-                    yield chunk
+                    yield give(chunk)
                 return
             # Live phase: wait for chunks; re-check the run state when nothing arrives for a while.
             try:
@@ -146,10 +175,10 @@ async def subscribe(
                     # Produced before we joined and not flushed yet: fill the gap from the log.
                     await asyncio.sleep(GAP_POLL_SECONDS)
                     for logged in await from_log(below=chunk["seq"]):
-                        yield logged
+                        yield give(logged)
                     continue
                 if accept(chunk):
-                    yield chunk
+                    yield give(chunk)
                 if chunk["type"] == "finish":
                     break  # re-check the state: the run may rest now
                 try:
