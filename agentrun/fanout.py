@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -37,6 +38,27 @@ class SubscriberBehind(Exception):  # noqa: N818 - a state, not an error of ours
     def __init__(self, resume_after: int) -> None:
         super().__init__(f"resume after={resume_after}")
         self.resume_after = resume_after
+
+
+class SubscriberReset(Exception):  # noqa: N818 - a state, not an error of ours
+    """A process took the run over after its predecessor died: the chunks this subscriber was given
+    after ``resume_after`` were published live but never logged, and the log now holds other chunks
+    under those seqs. The subscriber should drop them and resume after ``resume_after``."""
+
+    def __init__(self, resume_after: int) -> None:
+        super().__init__(f"resume after={resume_after}")
+        self.resume_after = resume_after
+
+
+# How many recently given chunks a resyncing subscriber keeps to compare (more than a driver ever
+# publishes between two log writes: ChunkLog.BATCH).
+RECENT_CHUNKS = 1024
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a["type"] == b["type"] and json.dumps(a["payload"], sort_keys=True, default=str) == json.dumps(
+        b["payload"], sort_keys=True, default=str
+    )
 
 
 def run_group(run_id: str) -> str:
@@ -96,6 +118,7 @@ async def subscribe(
     until: str = "final",
     after_a_finish: bool = False,
     max_lag: int | None = None,
+    resync: bool = False,
 ) -> AsyncIterator[dict]:
     """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones.
 
@@ -104,6 +127,8 @@ async def subscribe(
     not before a ``finish`` went by (a segment queued for a worker has not started yet).
     ``max_lag``: raise ``SubscriberBehind`` when the run has published more than that many chunks
     the consumer has not taken yet (it reads slower than the run produces).
+    ``resync``: raise ``SubscriberReset`` when a takeover re-uses seqs this subscriber was given
+    (chunks of a dead driver that never reached the log); without it those seqs are skipped as seen.
     """
     layer = get_channel_layer()
     group = run_group(run_id)
@@ -130,6 +155,8 @@ async def subscribe(
     finished = False
     receiver = asyncio.get_running_loop().create_task(pump())
 
+    recent: dict[int, dict] = {}  # resync: the chunks given lately, by seq
+
     def give(chunk: dict) -> dict:
         # Chunks the run produced that our consumer has not taken yet (duplicates of the replay do
         # not count): past max_lag it is too far behind to be kept up to date live.
@@ -137,6 +164,9 @@ async def subscribe(
         if max_lag is not None and newest - given > max_lag:
             raise SubscriberBehind(given)
         given = chunk["seq"]
+        if resync:
+            recent[given] = chunk
+            recent.pop(given - RECENT_CHUNKS, None)
         return chunk
 
     def accept(chunk: dict) -> bool:
@@ -179,6 +209,8 @@ async def subscribe(
                     continue
                 if accept(chunk):
                     yield give(chunk)
+                elif resync and chunk["seq"] <= given and not _same(recent.get(chunk["seq"], chunk), chunk):
+                    raise SubscriberReset(chunk["seq"] - 1)
                 if chunk["type"] == "finish":
                     break  # re-check the state: the run may rest now
                 try:
