@@ -26,17 +26,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import os
+import signal
 import sys
+import threading
+import time
 from typing import Any
 
 from autobahn.websocket.protocol import WebSocketProtocol as AutobahnProtocol
 from daphne.cli import CommandLineInterface
 from daphne.server import Server as DaphneServer
+from daphne.server import reactor
 from daphne.ws_protocol import WebSocketProtocol as DaphneWebSocketProtocol
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
+logger = logging.getLogger("agentrun.server")
+
+GOING_AWAY = 1001
 MESSAGE_TOO_BIG = 1009
+EXIT_GRACE_SECONDS = 2.0
 # How long a closing socket waits for its client to read the frames sent before the close frame
 # (autobahn's default is 1 s: a slow reader's last frames and the close itself were lost).
 CLOSE_HANDSHAKE_SECONDS = 30
@@ -102,7 +112,72 @@ class WebSocketProtocol(DaphneWebSocketProtocol):
 
 
 class Server(DaphneServer):
-    """Daphne's server whose websocket factory builds ``WebSocketProtocol`` above."""
+    """Daphne's server whose websocket factory builds ``WebSocketProtocol`` above, and that drains on
+    SIGTERM / SIGINT instead of stopping at once:
+
+    1. stop listening, and answer ``/healthz`` with 503 "draining" on connections still open (new
+       requests go to the other web processes behind the load balancer);
+    2. close every websocket with 1001 "server shutting down" (clients reconnect elsewhere, with
+       ``?after=<last seq>`` on ``ws/runs``);
+    3. let HTTP requests in flight finish, for at most ``AGENTRUN_DRAIN_SECONDS`` (10 by default);
+    4. stop: what still runs is cancelled, and the process exits within 2 s more whatever its threads
+       do (a request thread stuck on the database cannot hold the exit). A second signal stops at once.
+
+    A decision's continuation is queued in the decision's own transaction, so a request cut off here
+    either committed both or neither: nothing is lost (the client may retry with ``Idempotency-Key``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ports: list[Any] = []
+        self.drain_seconds = float(os.environ.get("AGENTRUN_DRAIN_SECONDS", "10"))
+        self.drain_deadline: float | None = None
+
+    def run(self) -> None:
+        self.signal_handlers = False  # ours, below
+        loop = reactor._asyncioEventloop
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.drain, signum)
+        super().run()
+
+    def listen_success(self, port: Any) -> None:
+        super().listen_success(port)
+        self.ports.append(port)
+
+    def drain(self, signum: int = signal.SIGTERM) -> None:
+        if self.drain_deadline is not None:
+            logger.warning("%s again: stopping now", signal.Signals(signum).name)
+            self.stop()
+            return
+        self.drain_deadline = time.monotonic() + self.drain_seconds
+        from agentrun import health  # Django's side, loaded with the application by now
+
+        health.draining = True  # /healthz: 503 "draining", out of the load balancer
+        logger.info("%s: draining for at most %.0f s", signal.Signals(signum).name, self.drain_seconds)
+        for port in self.ports:
+            port.stopListening()
+        for protocol in list(self.connections):
+            if isinstance(protocol, WebSocketProtocol) and protocol.state == AutobahnProtocol.STATE_OPEN:
+                protocol.serverClose(code=GOING_AWAY, reason="server shutting down")
+        self._stop_when_drained()
+
+    def _requests_in_flight(self) -> int:
+        return sum(
+            1
+            for protocol, details in self.connections.items()
+            if not isinstance(protocol, WebSocketProtocol)
+            and (instance := details.get("application_instance")) is not None
+            and not instance.done()
+        )
+
+    def _stop_when_drained(self) -> None:
+        busy = self._requests_in_flight()
+        if busy and time.monotonic() < self.drain_deadline:
+            reactor.callLater(0.1, self._stop_when_drained)
+            return
+        if busy:
+            logger.warning("drain over: %d requests still in flight are cancelled", busy)
+        self.stop()
 
     @property
     def ws_factory(self) -> Any:
@@ -127,7 +202,18 @@ class AgentrunCommandLine(CommandLineInterface):
 
 
 def main(argv: list[str] | None = None) -> None:
-    AgentrunCommandLine().run(sys.argv[1:] if argv is None else argv)
+    cli = AgentrunCommandLine()
+    cli.run(sys.argv[1:] if argv is None else argv)
+    # The reactor stopped. Request threads that are still running (sync views) would hold the
+    # interpreter's exit: give them a moment to commit, then leave without them.
+    deadline = time.monotonic() + EXIT_GRACE_SECONDS
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.utils import timezone
 
 from agentrun.models import Run, RunChunk
@@ -231,12 +232,54 @@ def _rested(status: str, driving: bool, until: str) -> bool:
 
 
 def notify_approvals(event: str, **fields: Any) -> None:
-    """Tell reviewers' pages that calls opened (``suspended``) or left (``decided``). Call after commit."""
+    """Tell reviewers' pages that calls opened (``suspended``) or left (``decided``). Call after commit.
+
+    Never waits for the channel layer: a request thread (this runs in post-commit hooks of decisions)
+    or a process shutting down must not hang on Redis or on a server loop that has stopped. The send
+    happens in the background, within ``NOTIFY_TIMEOUT_SECONDS``; a lost message only delays a page's
+    live update.
+    """
     layer = get_channel_layer()
     if layer is None:
         return
     message = {"type": "approvals.event", "event": event, **fields}
+
+    async def send() -> None:
+        try:
+            async with asyncio.timeout(NOTIFY_TIMEOUT_SECONDS):
+                await layer.group_send(APPROVALS_GROUP, message)
+        except Exception:
+            logger.warning("could not notify reviewers of %s", event, exc_info=True)
+
     try:
-        async_to_sync(layer.group_send)(APPROVALS_GROUP, message)
-    except Exception:
-        logger.warning("could not notify reviewers of %s", event, exc_info=True)
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None and isinstance(layer, InMemoryChannelLayer):
+        # In memory (the embedded default): no network to wait on, and the feed's consumers listen on
+        # the server's loop, which async_to_sync reaches from a request thread.
+        async_to_sync(send)()
+        return
+    target = loop or _notifier_loop()
+    target.call_soon_threadsafe(lambda: _keep(target.create_task(send())))
+
+
+NOTIFY_TIMEOUT_SECONDS = 2.0
+_notifier: asyncio.AbstractEventLoop | None = None
+_notifier_lock = threading.Lock()
+_sending: set[asyncio.Task] = set()
+
+
+def _keep(task: asyncio.Task) -> None:
+    _sending.add(task)
+    task.add_done_callback(_sending.discard)
+
+
+def _notifier_loop() -> asyncio.AbstractEventLoop:
+    """A loop of our own in a daemon thread, for sends from threads without one (never joined at exit)."""
+    global _notifier
+    with _notifier_lock:
+        if _notifier is None or _notifier.is_closed():
+            _notifier = asyncio.new_event_loop()
+            threading.Thread(target=_notifier.run_forever, name="agentrun-notify", daemon=True).start()
+        return _notifier

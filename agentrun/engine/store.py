@@ -522,6 +522,13 @@ def pending_tool_step(run_id: str) -> RunStep | None:
     )
 
 
+def expire_leases_of_this_process() -> int:
+    """A process leaving mid-segment (its drain ran out): let a sweep take its runs over now rather
+    than after the lease period."""
+    prefix = new_lease_owner().rsplit(":", 1)[0] + ":"
+    return Run.objects.filter(lease_owner__startswith=prefix).update(lease_expires_at=timezone.now())
+
+
 def new_lease_owner() -> str:
     # host:pid names the process that drives a run (operators, and the crash tests, can find it).
     return f"{socket.gethostname()[:20]}:{os.getpid()}:{new_id('lease')[-12:]}"
