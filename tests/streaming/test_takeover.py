@@ -83,3 +83,33 @@ async def test_subscribe_tells_a_resyncing_reader_and_leaves_others_as_they_were
         await anext(resyncing)
     assert reset.value.resume_after == agreed
     await plain.aclose()
+
+
+async def test_the_run_event_stream_ends_with_a_reset_event_whose_id_is_the_seq_to_resume_from():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agentrun.models import Run
+    from tests.api.asgi_client import AsgiClient
+    from tests.api.test_sse import parse
+
+    token = await reviewer_token("tk-sse")
+    run_id, last = await suspended_run()
+    # Someone drives the run (a live lease): the stream stays open, live.
+    await Run.objects.filter(pk=run_id).aupdate(
+        lease_owner="host:1:dead", lease_expires_at=timezone.now() + timedelta(seconds=60)
+    )
+    response = await AsgiClient({"Authorization": f"Token {token}"}).get(f"/api/runs/{run_id}/stream?after={last}")
+    parts = response.parts()
+    reader = asyncio.ensure_future(anext(parts))
+    await asyncio.sleep(0.3)
+    agreed = await dead_driver_then_taker(run_id, last + 1)
+    events = parse(await reader)
+    while len(events) < 3:
+        events += parse(await anext(parts))
+    await taker(run_id, agreed + 1)
+    async for part in parts:
+        events += parse(part)
+    assert [e["event"] for e in events] == ["chunk", "chunk", "chunk", "reset"]
+    assert events[-1] == {"id": str(agreed), "event": "reset", "data": f'{{"resumeAfter": {agreed}}}'}
