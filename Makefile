@@ -22,18 +22,22 @@ setup: $(BIN)/.installed
 demo: setup
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput
 	DEBUG=1 $(BIN)/python manage.py demo_seed
-	@echo "agentrun demo on http://$(HOST):$(PORT)/approvals/  (admin: /admin/, API docs: /api/docs/)"
+	@echo "agentrun demo on http://$(HOST):$(PORT)/approvals/  (admin: /admin/, API docs: /api/docs/; another port: make demo PORT=8080)"
 	DEBUG=1 $(BIN)/daphne -b $(HOST) -p $(PORT) agentrun.asgi:application
 
 ## Debian's chromium for the browser tests (root installs it; nothing is downloaded by playwright).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-## Everything: lint (ruff, the import layers), the embedded default, PostgreSQL + Redis, the browser tests.
+## Everything: lint (ruff, the import layers), the embedded default's tests on SQLite, the whole suite on
+## PostgreSQL + Redis, the browser tests.
 test: setup browser lint test-sqlite test-postgres test-e2e
 
+## What proves the embedded default (SQLite's locking, the in-memory channel layer, in-process tasks and
+## notification threads); everything runs once more, and in full, on PostgreSQL + Redis.
+EMBEDDED_TESTS ?= tests/engine tests/streaming tests/notifications tests/api/test_decisions.py tests/robustness/test_health.py
 test-sqlite: setup
-	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -m "not e2e and not system" -q
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -m "not e2e and not system" -q $(EMBEDDED_TESTS)
 
 test-postgres: setup
 	DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS) $(BIN)/pytest -m "not e2e" -q

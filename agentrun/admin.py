@@ -5,17 +5,20 @@ from __future__ import annotations
 import csv
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.utils import quote as admin_quote
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agentrun.access import can_decide
+from agentrun.access import CANCEL_PERMISSION, can_decide, in_agent_scope
+from agentrun.engine.decisions import cancel_run
 from agentrun.engine.service import decide_tool_call
 from agentrun.errors import AgentRunError
 from agentrun.models import (
@@ -33,14 +36,15 @@ from agentrun.models import (
 
 
 def admin_link(model: str, pk: Any, text: Any = None) -> str:
+    """A link to an object's change page; ids may hold any character ("/", "_2F", …): admin-quoted."""
     if pk is None:
         return "—"
-    url = reverse(f"admin:agentrun_{model}_change", args=[pk])
+    url = reverse(f"admin:agentrun_{model}_change", args=[admin_quote(pk)])
     return format_html('<a href="{}">{}</a>', url, text if text is not None else pk)
 
 
 def changelist_link(model: str, text: str, **filters: Any) -> str:
-    query = "&".join(f"{k}={v}" for k, v in filters.items())
+    query = urlencode(filters)
     return format_html('<a href="{}?{}">{}</a>', reverse(f"admin:agentrun_{model}_changelist"), query, text)
 
 
@@ -54,6 +58,29 @@ class ReadOnlyInline(admin.TabularInline):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ViewOnlyAdmin(admin.ModelAdmin):
+    """What only the engine writes: runs, steps, snapshots, calls, chunks, messages, background tasks, and
+    the decisions (the audit trail). Nobody adds, edits or deletes them here, superusers included; what a
+    person may do to them goes through the engine (the admin actions below)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class RunLinkMixin:
+    """A ``run_link`` column for every model that belongs to a run."""
+
+    @admin.display(description="run", ordering="run")
+    def run_link(self, obj: Any) -> str:
+        return admin_link("run", obj.run_id)
 
 
 @admin.register(Thread)
@@ -83,8 +110,30 @@ class SuspendedCallInline(ReadOnlyInline):
     readonly_fields = fields
 
 
+@admin.action(description="Cancel selected runs", permissions=["cancel"])
+def cancel_selected_runs(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    """Cancel through the engine (as ``POST /api/runs/{id}/cancel``): its calls, open steps and snapshot go."""
+    cancelled = 0
+    for run_id, agent_id in queryset.values_list("id", "agent_id"):
+        if not in_agent_scope(request.user, agent_id):
+            messages.error(request, f"{run_id}: you may not cancel this agent's runs.")
+            continue
+        try:
+            cancel_run(run_id=run_id, agent_id=agent_id)
+            cancelled += 1
+        except AgentRunError as exc:
+            messages.error(request, f"{run_id}: {exc.message}")
+    if cancelled:
+        messages.success(request, f"Cancelled {cancelled} run(s).")
+
+
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(ViewOnlyAdmin):
+    actions = [cancel_selected_runs]
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(CANCEL_PERMISSION)
+
     list_display = ["id", "agent_id", "status", "thread_link", "resource_id", "created_at", "completed_at"]
     list_filter = ["agent_id", "status"]
     search_fields = ["id", "thread__id", "resource_id", "suspended_calls__tool_call_id"]
@@ -112,20 +161,16 @@ class RunAdmin(admin.ModelAdmin):
 
 
 @admin.register(RunStep)
-class RunStepAdmin(admin.ModelAdmin):
+class RunStepAdmin(RunLinkMixin, ViewOnlyAdmin):
     list_display = ["id", "run_link", "agent_id", "type", "status", "created_at", "completed_at"]
     list_filter = ["agent_id", "type", "status"]
     search_fields = ["id", "run__id", "thread_id"]
     date_hierarchy = "created_at"
     raw_id_fields = ["run"]
 
-    @admin.display(description="run", ordering="run")
-    def run_link(self, obj: RunStep) -> str:
-        return admin_link("run", obj.run_id)
-
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(RunLinkMixin, ViewOnlyAdmin):
     list_display = ["id", "thread_link", "run_link", "role", "short_content", "tool_name", "created_at"]
     list_filter = ["role", "tool_status"]
     search_fields = ["id", "thread__id", "run__id", "tool_call_id", "content"]
@@ -140,22 +185,14 @@ class MessageAdmin(admin.ModelAdmin):
     def thread_link(self, obj: Message) -> str:
         return admin_link("thread", obj.thread_id)
 
-    @admin.display(description="run", ordering="run")
-    def run_link(self, obj: Message) -> str:
-        return admin_link("run", obj.run_id)
-
 
 @admin.register(Snapshot)
-class SnapshotAdmin(admin.ModelAdmin):
+class SnapshotAdmin(RunLinkMixin, ViewOnlyAdmin):
     list_display = ["run_link", "agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at"]
     list_filter = ["agent_id"]
     search_fields = ["run__id", "thread_id", "resource_id"]
     date_hierarchy = "suspended_at"
     raw_id_fields = ["run", "step"]
-
-    @admin.display(description="run", ordering="run")
-    def run_link(self, obj: Snapshot) -> str:
-        return admin_link("run", obj.run_id)
 
 
 class DecideActionForm(ActionForm):
@@ -195,7 +232,7 @@ def decline_selected_calls(modeladmin: admin.ModelAdmin, request: HttpRequest, q
 
 
 @admin.register(SuspendedToolCall)
-class SuspendedToolCallAdmin(admin.ModelAdmin):
+class SuspendedToolCallAdmin(RunLinkMixin, ViewOnlyAdmin):
     action_form = DecideActionForm
     actions = [approve_selected_calls, decline_selected_calls]
 
@@ -216,10 +253,6 @@ class SuspendedToolCallAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     list_select_related = ["run"]
     raw_id_fields = ["run", "step", "decision"]
-
-    @admin.display(description="run", ordering="run")
-    def run_link(self, obj: SuspendedToolCall) -> str:
-        return admin_link("run", obj.run_id)
 
     @admin.display(description="decision")
     def decision_link(self, obj: SuspendedToolCall) -> str:
@@ -265,7 +298,7 @@ def export_decisions_csv(modeladmin: admin.ModelAdmin, request: HttpRequest, que
 
 
 @admin.register(Decision)
-class DecisionAdmin(admin.ModelAdmin):
+class DecisionAdmin(RunLinkMixin, ViewOnlyAdmin):
     """The audit trail: nobody adds, edits or deletes a decision here, superusers included."""
 
     list_display = ["id", "decided_at", "kind", "agent_id", "tool_name", "decided_by_username", "via", "run_link"]
@@ -277,31 +310,14 @@ class DecisionAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [f.name for f in self.model._meta.fields]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description="run", ordering="run")
-    def run_link(self, obj: Decision) -> str:
-        return admin_link("run", obj.run_id)
-
 
 @admin.register(RunChunk)
-class RunChunkAdmin(admin.ModelAdmin):
+class RunChunkAdmin(RunLinkMixin, ViewOnlyAdmin):
     list_display = ["id", "run_link", "seq", "type", "created_at"]
     list_filter = ["type"]
     search_fields = ["run__id"]
     date_hierarchy = "created_at"
     raw_id_fields = ["run"]
-
-    @admin.display(description="run", ordering="run")
-    def run_link(self, obj: RunChunk) -> str:
-        return admin_link("run", obj.run_id)
 
 
 @admin.register(ToolEffect)
@@ -313,17 +329,13 @@ class ToolEffectAdmin(admin.ModelAdmin):
 
 
 @admin.register(BackgroundTask)
-class BackgroundTaskAdmin(admin.ModelAdmin):
+class BackgroundTaskAdmin(RunLinkMixin, ViewOnlyAdmin):
     list_display = ["id", "tool_name", "status", "agent_id", "run_link", "attempts", "created_at", "completed_at"]
     list_filter = ["status", "agent_id", "tool_name"]
     search_fields = ["id", "run__id", "thread_id", "tool_call_id"]
     date_hierarchy = "created_at"
     list_select_related = ["run"]
     raw_id_fields = ["run"]
-
-    @admin.display(description="run", ordering="run")
-    def run_link(self, obj: BackgroundTask) -> str:
-        return admin_link("run", obj.run_id)
 
 
 def _register_the_rest() -> None:

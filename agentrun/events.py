@@ -3,10 +3,11 @@ engine importing them.
 
 The engine calls ``record`` inside the transaction of each state change — a run suspended, a tool
 call decided, a run expired / completed / failed / cancelled, a timeout warning, an escalation — so an
-event row exists exactly when its change does. After the commit every listener hears of it
-(``Listener.recorded``) and hands it to its own delivery, which never runs in the engine's
-transactions or its loop. Every sweep calls ``Listener.sweep``: what a process that died between the
-commit and the hand-over left behind is taken then (at least once).
+event row exists exactly when its change does. In the same transaction every listener hears of it
+(``Listener.recorded``) and enqueues its own delivery on the task queue (a transactional enqueue: the
+event and its task commit together), which never runs in the engine's transactions or its loop.
+Every sweep calls ``Listener.sweep``: what a lost task left behind (the embedded backend keeps its
+tasks in memory) is enqueued again then (at least once).
 
 Nothing listens, nothing is written: each listener's ``wants`` (an in-memory check) is asked first,
 so a deployment without webhook endpoints or email recipients pays no write for its runs.
@@ -17,8 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import Protocol
-
-from django.db import transaction
 
 from agentrun.models import OutboxEvent
 
@@ -51,7 +50,7 @@ class Listener(Protocol):
         """Whether an event of this type about this agent's run is of use (cheap: no query per call)."""
 
     def recorded(self, event_id: str) -> None:
-        """After the commit: take the event (quickly; never block the caller)."""
+        """In the event's transaction: enqueue its handling (never deliver here, never block)."""
 
     def sweep(self) -> None:
         """Periodically: take what was left behind, retry what is due."""
@@ -74,15 +73,8 @@ def record(type_: str, *, agent_id: str, run_id: str, data: Callable[[], dict]) 
     if not any(listener.wants(type_, agent_id) for listener in _listeners):
         return
     event = OutboxEvent.objects.create(type=type_, agent_id=agent_id, run_id=run_id, data=data())
-    transaction.on_commit(lambda: _hand_over(event.id))
-
-
-def _hand_over(event_id: str) -> None:
     for listener in _listeners:
-        try:
-            listener.recorded(event_id)
-        except Exception:  # the state change is committed; the sweep hands the event over later
-            logger.exception("listener %r could not take event %s", listener, event_id)
+        listener.recorded(event.id)
 
 
 def sweep() -> None:

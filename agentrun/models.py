@@ -261,10 +261,52 @@ class Snapshot(models.Model):
             models.Index(fields=["agent_id", "resource_id", "-created_at", "-run"], name="snapshot_agent_resource"),
             # Serves the sweep's expiry query (decisions.expire_due_runs): waiting runs with a TTL only.
             models.Index(fields=["expires_at"], name="snapshot_expiry", condition=Q(expires_at__isnull=False)),
+            # Serves the listing total's correction: the agent's snapshots past their time to live that the
+            # sweeper has not removed yet (WHERE agent_id = ? AND expires_at <= now), few by construction.
+            models.Index(
+                fields=["agent_id", "expires_at"], name="snapshot_agent_expiry", condition=Q(expires_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
         return f"snapshot of {self.run_id}"
+
+
+class SnapshotCount(models.Model):
+    """How many snapshots (waiting runs) an agent has, in all and on each of its threads and resources:
+    the listing's ``total`` is a sum of a few of these rows instead of a count over the snapshots.
+
+    Written only by database triggers on ``Snapshot`` (migration ``0009_listing_counters``), in the
+    statement that inserts, updates or deletes the snapshot, so the count is exact whoever writes
+    snapshots (the engine, the admin, a cascade, a bulk load) and commits or rolls back with them.
+    Each key is spread over ``SLOTS`` rows (the slot follows from the run id), so concurrent
+    suspensions of one agent seldom wait on one row lock; a key's count is the sum of its rows. A row
+    whose count falls to zero is deleted by the same trigger.
+    """
+
+    SLOTS = 8
+
+    class Scope(models.TextChoices):
+        AGENT = "agent"
+        THREAD = "thread"
+        RESOURCE = "resource"
+
+    agent_id = models.CharField(max_length=128)
+    scope = models.CharField(max_length=8, choices=Scope.choices)
+    scope_id = models.CharField(max_length=255, blank=True, default="")  # the thread or resource; "" for agent
+    slot = models.PositiveSmallIntegerField()
+    snapshots = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            # The triggers' upsert target; the listing reads a key's rows through it too.
+            models.UniqueConstraint(
+                fields=["agent_id", "scope", "scope_id", "slot"], name="one_snapshot_count_per_slot"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} {self.scope} {self.scope_id}#{self.slot}: {self.snapshots}"
 
 
 class SuspendedToolCall(models.Model):

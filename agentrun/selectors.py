@@ -1,4 +1,5 @@
-"""Reads. ``list_suspended_runs`` is the listing contract: snapshots, filtered and paged in SQL."""
+"""Reads. ``list_suspended_runs`` is the listing contract: snapshots, filtered and paged in SQL.
+``decision_history`` is the audit trail's one filter (REST and the dashboard)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Count, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentrun.errors import AgentRunError
-from agentrun.models import Snapshot, SuspendedToolCall, args_fingerprint
+from agentrun.models import Decision, Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
 from agentrun.timeutil import iso, parse_datetime_bound
 
 MAX_PER_PAGE = 1000
@@ -130,7 +132,7 @@ def list_suspended_runs(
     page: int | str | None = None,
 ) -> SuspendedRunsPage:
     """Runs of ``agent_id`` waiting for people, newest first. Three queries whatever the page size:
-    the count, the page of snapshots, and their open calls."""
+    the total, the page of snapshots, and their open calls."""
     per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
     page = _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
     start = parse_datetime_bound(from_date, "fromDate")
@@ -145,11 +147,11 @@ def list_suspended_runs(
         snapshots = snapshots.filter(created_at__gte=start)
     if end is not None:
         snapshots = snapshots.filter(created_at__lte=end)
+    now = timezone.now()
+    dated = start is not None or end is not None
+    total = _open_total(snapshots, now, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, dated=dated)
     # A run past its time to live is not listed, even before the sweeper has expired it.
-    snapshots = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-
-    total = snapshots.count()
-    ordered = snapshots.order_by("-created_at", "-run_id")
+    ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
         ordered = ordered[page * per_page : (page + 1) * per_page]
     page_rows = list(ordered)
@@ -172,3 +174,74 @@ def list_suspended_runs(
         for s in page_rows
     ]
     return SuspendedRunsPage(runs=runs, total=total)
+
+
+def _open_total(
+    snapshots: QuerySet[Snapshot],
+    now: datetime,
+    *,
+    agent_id: str,
+    thread_id: str | None,
+    resource_id: str | None,
+    dated: bool,
+) -> int:
+    """How many of ``snapshots`` (filtered) are listed, in one query that scans no snapshots.
+
+    The snapshots present come from ``SnapshotCount`` (a few rows per key) or, with date bounds (or a
+    thread and a resource at once, which no counter keys), from a count on the listing's own index,
+    which covers the bounds. Those past their time to live that the sweeper has not removed yet
+    are subtracted: ``snapshot_agent_expiry`` finds them, few since the sweeper removes them.
+    """
+    expired = Coalesce(
+        Subquery(
+            snapshots.filter(expires_at__lte=now).order_by().values("agent_id").annotate(n=Count("*")).values("n")
+        ),
+        Value(0),
+    )
+    if dated or (thread_id and resource_id):
+        return snapshots.aggregate(total=Count("*") - expired)["total"]
+    scope, scope_id = SnapshotCount.Scope.AGENT, ""
+    if thread_id:
+        scope, scope_id = SnapshotCount.Scope.THREAD, thread_id
+    elif resource_id:
+        scope, scope_id = SnapshotCount.Scope.RESOURCE, resource_id
+    counters = SnapshotCount.objects.filter(agent_id=agent_id, scope=scope, scope_id=scope_id)
+    return counters.aggregate(total=Coalesce(Sum("snapshots"), Value(0)) - expired)["total"]
+
+
+def decision_history(
+    *,
+    hidden: frozenset[str] = frozenset(),
+    agent_id: str | None = None,
+    thread_id: str | None = None,
+    run_id: str | None = None,
+    resource_id: str | None = None,
+    decided_by: str | None = None,
+    kind: str | None = None,
+    from_date: datetime | str | None = None,
+    to_date: datetime | str | None = None,
+) -> QuerySet[Decision]:
+    """The audit trail, filtered: what ``GET /api/decisions`` and the dashboard's history page both read.
+
+    ``hidden``: agents the reader is outside of (``agentrun.access.hidden_agent_ids``). Empty filters
+    are ignored; dates bound ``decidedAt`` inclusively (``INVALID_DATE`` otherwise). Unordered: the
+    caller pages it (cursor or page number) on ``(decided_at, id)``.
+    """
+    decisions = Decision.objects.all()
+    if hidden:
+        decisions = decisions.exclude(agent_id__in=hidden)
+    for field, value in (
+        ("agent_id", agent_id),
+        ("thread_id", thread_id),
+        ("run_id", run_id),
+        ("run__resource_id", resource_id),
+        ("decided_by_username", decided_by),
+        ("kind", kind),
+    ):
+        if value:
+            decisions = decisions.filter(**{field: value})
+    if (start := parse_datetime_bound(from_date, "fromDate")) is not None:
+        decisions = decisions.filter(decided_at__gte=start)
+    if (end := parse_datetime_bound(to_date, "toDate")) is not None:
+        decisions = decisions.filter(decided_at__lte=end)
+    return decisions

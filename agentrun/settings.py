@@ -124,6 +124,10 @@ TASKS = {
     "default": {
         # Embedded default: in the server process. Production: "django_tasks_db.DatabaseBackend".
         "BACKEND": os.environ.get("AGENTRUN_TASK_BACKEND", "agentrun.tasks_backend.InProcessBackend"),
+        # "default": the engine's continuations and background tool calls; "notifications": webhook
+        # deliveries and email (production runs a worker of its own for it: a slow receiver never
+        # holds a continuation back).
+        "QUEUES": ["default", "notifications"],
     }
 }
 
@@ -266,7 +270,7 @@ elif _EMAIL_BACKEND.endswith("smtp.EmailBackend"):
         "username": os.environ.get("EMAIL_HOST_USER", ""),
         "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
         "use_tls": env_bool("EMAIL_USE_TLS", False),
-        "timeout": 10,  # a mail server that hangs holds a notification thread this long at most
+        "timeout": 10,  # a mail server that hangs holds a notifications task this long at most
     }
 MAILERS = {"default": {"BACKEND": _EMAIL_BACKEND, "OPTIONS": _email_options}}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agentrun <agentrun@localhost>")
@@ -281,8 +285,6 @@ AGENTRUN_DIGEST_SECONDS = float(os.environ.get("AGENTRUN_DIGEST_SECONDS", "3600"
 AGENTRUN_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTRUN_WEBHOOK_TIMEOUT_SECONDS", "5"))
 AGENTRUN_WEBHOOK_RETRY_SECONDS = float(os.environ.get("AGENTRUN_WEBHOOK_RETRY_SECONDS", "10"))
 AGENTRUN_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("AGENTRUN_WEBHOOK_MAX_ATTEMPTS", "12"))
-# Threads per process that send webhooks and email (never the engine's, nor the task queue's).
-AGENTRUN_NOTIFY_THREADS = int(os.environ.get("AGENTRUN_NOTIFY_THREADS", "4"))
 # How long a process trusts its in-memory view of who subscribes (endpoints, email recipients)
 # before reading it again; changes made in the same process apply at once.
 AGENTRUN_EVENTS_REFRESH_SECONDS = float(os.environ.get("AGENTRUN_EVENTS_REFRESH_SECONDS", "5"))

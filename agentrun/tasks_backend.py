@@ -4,17 +4,27 @@ Enqueueing is transactional, as with ``django_tasks_db.DatabaseBackend`` (whose 
 the caller's transaction): a task enqueued inside an atomic block starts when that block commits, and
 never if it rolls back. So a decision and its continuation commit together on either backend.
 
+A task with ``run_after`` waits on the loop until then. Synchronous tasks of the default queue (the
+engine's) run in asgiref's database thread, like every other engine call; synchronous tasks of any
+other queue (``notifications``: webhooks, email) run in threads of their own, so a receiver that hangs
+holds one of those, never the engine.
+
 Production uses ``django_tasks_db.DatabaseBackend`` and ``manage.py agentrun_worker`` instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import time
 from inspect import iscoroutinefunction
 from traceback import format_exception
+from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import connections, transaction
+from django.tasks import DEFAULT_TASK_QUEUE_NAME
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError, TaskResult, TaskResultStatus
 from django.utils import timezone
@@ -25,15 +35,32 @@ from agentrun.engine import runtime
 logger = logging.getLogger("agentrun.tasks")
 
 
+def _in_own_thread(func: Any) -> Any:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connections.close_all()  # this thread's connections: the task may be its last for a while
+
+    return sync_to_async(run, thread_sensitive=False)
+
+
 class InProcessBackend(BaseTaskBackend):
     supports_async_task = True
+    supports_defer = True
+
+    def __init__(self, alias: str, params: dict) -> None:
+        super().__init__(alias, params)
+        # Tasks started and not finished (those waiting for their run_after aside): id -> their loop.
+        self._busy: dict[str, asyncio.AbstractEventLoop | None] = {}
+        self._lock = threading.Lock()
 
     def enqueue(self, task, args, kwargs):  # noqa: ANN001, ANN201 - the framework's signature
         self.validate_task(task)
         result = self._result(task, args, kwargs)
         # Outside an atomic block on_commit runs at once. The coroutine is made only when it is due, so a
         # rolled-back enqueue leaves no coroutine that is never awaited.
-        transaction.on_commit(lambda: runtime.submit(self._execute(result)))
+        transaction.on_commit(lambda: self._start(result))
         return result
 
     def _result(self, task, args, kwargs) -> TaskResult:  # noqa: ANN001
@@ -57,11 +84,54 @@ class InProcessBackend(BaseTaskBackend):
         # (Async code holds no transaction, so there is nothing to wait for.)
         self.validate_task(task)
         result = self._result(task, args, kwargs)
-        runtime.submit(self._execute(result))
+        self._start(result)
         return result
 
+    def _start(self, result: TaskResult) -> None:
+        with self._lock:
+            self._busy[result.id] = None  # busy from now; its loop is known once submitted
+        loop = runtime.submit(self._execute(result))
+        with self._lock:
+            if self._busy.get(result.id, loop) is None:  # not finished already
+                self._busy[result.id] = loop
+
+    def _mark(self, result: TaskResult, busy: bool) -> None:
+        with self._lock:
+            if busy:
+                self._busy[result.id] = asyncio.get_running_loop()
+            else:
+                self._busy.pop(result.id, None)
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Until no task is queued or running, except those waiting for a later ``run_after`` and those
+        whose event loop is gone (a test's) — for tests."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                for task_id, loop in list(self._busy.items()):
+                    if loop is not None and (loop.is_closed() or not loop.is_running()):
+                        del self._busy[task_id]
+                busy = len(self._busy)
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{busy} in-process tasks still running")
+            time.sleep(0.01)
+
     async def _execute(self, result: TaskResult) -> None:
+        try:
+            await self._run(result)
+        finally:
+            self._mark(result, busy=False)
+
+    async def _run(self, result: TaskResult) -> None:
         task = result.task
+        if task.run_after is not None:
+            delay = (task.run_after - timezone.now()).total_seconds()
+            if delay > 0:
+                self._mark(result, busy=False)
+                await asyncio.sleep(delay)
+                self._mark(result, busy=True)
         now = timezone.now()
         object.__setattr__(result, "status", TaskResultStatus.RUNNING)
         object.__setattr__(result, "started_at", now)
@@ -69,8 +139,10 @@ class InProcessBackend(BaseTaskBackend):
         try:
             if iscoroutinefunction(task.func):
                 value = await task.func(*result.args, **result.kwargs)
-            else:
+            elif task.queue_name == DEFAULT_TASK_QUEUE_NAME:
                 value = await sync_to_async(task.func)(*result.args, **result.kwargs)
+            else:
+                value = await _in_own_thread(task.func)(*result.args, **result.kwargs)
             object.__setattr__(result, "_return_value", value)
             object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
         except Exception as exc:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
@@ -15,5 +16,7 @@ urlpatterns = [
     path("approvals/", include("approvals.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("agentrun.health")),  # /healthz: database, channel layer, workers seen recently
+    # Pages without our <link rel="icon"> (the admin, the API docs) make browsers ask for /favicon.ico.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", RedirectView.as_view(url="/approvals/", permanent=False)),
 ]

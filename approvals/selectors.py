@@ -10,12 +10,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agentrun.engine.agents import get_agent
 from agentrun.errors import AgentRunError
-from agentrun.models import Decision, Message, Snapshot, SuspendedToolCall
+from agentrun.models import Decision, Message, Snapshot, SuspendedToolCall, args_fingerprint
+from agentrun.selectors import decision_history
 from approvals.resume_form import ResumeField, build_fields
 
 OPEN = SuspendedToolCall.Status.OPEN
@@ -27,68 +28,151 @@ def live_snapshots(hidden: frozenset[str] = frozenset()) -> QuerySet[Snapshot]:
     return snapshots.exclude(agent_id__in=hidden) if hidden else snapshots
 
 
-def inbox_threads(
-    *, agent_id: str = "", resource_id: str = "", tool_name: str = "", hidden: frozenset[str] = frozenset()
-) -> list[dict]:
-    """One row per (thread, agent, resource) with open calls: counts and the oldest wait, oldest first.
-
-    One query: snapshots grouped by thread, joined to their open calls.
-    """
-    snapshots = live_snapshots(hidden)
-    if agent_id:
-        snapshots = snapshots.filter(agent_id=agent_id)
-    if resource_id:
-        snapshots = snapshots.filter(resource_id=resource_id)
-    if tool_name:
-        snapshots = snapshots.filter(
-            Exists(SuspendedToolCall.objects.filter(run_id=OuterRef("run_id"), status=OPEN, tool_name=tool_name))
+def surfaced_by_a_supervisor(hidden: frozenset[str] = frozenset()) -> Exists:
+    """An open call that a (visible, waiting) supervisor's open call surfaces: a sub-agent's call waits
+    once, shown and decided as the supervisor's call only (inbox and thread page alike)."""
+    return Exists(
+        SuspendedToolCall.objects.filter(
+            status=OPEN,
+            inner_run_id=OuterRef("run_id"),
+            inner_tool_call_id=OuterRef("tool_call_id"),
+            run__snapshot__in=live_snapshots(hidden),
         )
-    open_calls = Q(run__suspended_calls__status=OPEN)
-    rows = (
-        snapshots.values("thread_id", "agent_id", "resource_id")
-        .annotate(
-            open_count=Count("run__suspended_calls", filter=open_calls),
-            run_count=Count("run_id", distinct=True),
-            oldest=Min("run__suspended_calls__created_at", filter=open_calls),
-        )
-        .filter(open_count__gt=0)
-        .order_by("oldest", "thread_id")
     )
-    return list(rows)
 
 
-def inbox_filter_choices(hidden: frozenset[str] = frozenset()) -> dict[str, list[str]]:
-    """Values present among waiting runs, for the filter menus."""
-    snapshots = live_snapshots(hidden)
+RISK_ORDER = {"low": 0, "medium": 1, "high": 2}
+INBOX_MAX_ROWS = 200  # threads on one inbox page; the rest show after these are decided
+INBOX_CALLS_PER_ROW = 5
+
+
+@dataclass
+class InboxRow:
+    """One thread with open calls: what waits there, for whom, and since when."""
+
+    thread_id: str
+    open_count: int
+    oldest: Any
+    newest: Any
+    calls: list[OpenCallView] = field(default_factory=list)
+
+    @property
+    def risk(self) -> str:
+        """The highest risk among the row's calls shown (the row is flagged by it)."""
+        return max((c.call.risk for c in self.calls), key=RISK_ORDER.__getitem__, default="low")
+
+    @property
+    def more(self) -> int:
+        return self.open_count - len(self.calls)
+
+    @property
+    def agent_ids(self) -> list[str]:
+        return sorted({c.call.run.agent_id for c in self.calls})
+
+    @property
+    def resource_ids(self) -> list[str]:
+        return sorted({c.call.run.resource_id for c in self.calls if c.call.run.resource_id})
+
+
+def inbox_open_calls(
+    *,
+    agent_id: str = "",
+    resource_id: str = "",
+    tool_name: str = "",
+    risk: str = "",
+    hidden: frozenset[str] = frozenset(),
+) -> QuerySet[SuspendedToolCall]:
+    """Open calls of live snapshots matching the inbox filters (empty filters are ignored)."""
+    calls = SuspendedToolCall.objects.filter(status=OPEN, run__snapshot__in=live_snapshots(hidden))
+    calls = calls.exclude(surfaced_by_a_supervisor(hidden))
+    for lookup, value in (
+        ("run__agent_id", agent_id),
+        ("run__resource_id", resource_id),
+        ("tool_name", tool_name),
+        ("risk", risk),
+    ):
+        if value:
+            calls = calls.filter(**{lookup: value})
+    return calls
+
+
+def inbox_rows(*, newest_first: bool = False, **filters: Any) -> list[InboxRow]:
+    """The inbox: one row per thread with matching open calls, each row naming its calls (tool,
+    arguments, risk, agent, resource). Oldest wait first, or most recent call first.
+
+    Three queries whatever the number of rows: the grouped rows, their calls, and the inner calls of
+    sub-agent calls among them (``open_call_views``).
+    """
+    calls = inbox_open_calls(**filters)
+    order = ("-newest", "run__thread_id") if newest_first else ("oldest", "run__thread_id")
+    groups = (
+        calls.values("run__thread_id")
+        .annotate(open_count=Count("id"), oldest=Min("created_at"), newest=Max("created_at"))
+        .order_by(*order)[:INBOX_MAX_ROWS]
+    )
+    rows = {
+        g["run__thread_id"]: InboxRow(
+            thread_id=g["run__thread_id"], open_count=g["open_count"], oldest=g["oldest"], newest=g["newest"]
+        )
+        for g in groups
+    }
+    if not rows:
+        return []
+    members = calls.filter(run__thread_id__in=list(rows)).select_related("run")
+    for view in open_call_views(list(members.order_by("created_at", "run_id", "position", "id"))):
+        row = rows[view.call.run.thread_id]
+        if len(row.calls) < INBOX_CALLS_PER_ROW:
+            row.calls.append(view)
+    return list(rows.values())
+
+
+def inbox_facets(
+    *,
+    agent_id: str = "",
+    resource_id: str = "",
+    tool_name: str = "",
+    risk: str = "",
+    hidden: frozenset[str] = frozenset(),
+) -> dict[str, list]:
+    """The filter menus (agents, resources, tools among waiting calls) and the open calls per agent
+    under the other filters. One query: open calls counted by (agent, resource, tool, risk)."""
+    combos = inbox_open_calls(hidden=hidden).values_list("run__agent_id", "run__resource_id", "tool_name", "risk")
+    agents: dict[str, int] = {}
+    resources, tools = set(), set()
+    for agent, resource, tool, call_risk, count in combos.annotate(n=Count("id")).order_by():
+        agents.setdefault(agent, 0)
+        if resource:
+            resources.add(resource)
+        tools.add(tool)
+        if (resource_id or resource) == resource and (tool_name or tool) == tool and (risk or call_risk) == call_risk:
+            agents[agent] += count
     return {
-        "agents": sorted(set(snapshots.values_list("agent_id", flat=True))),
-        "resources": sorted({r for r in snapshots.values_list("resource_id", flat=True) if r}),
-        "tools": sorted(
-            set(
-                SuspendedToolCall.objects.filter(status=OPEN, run__snapshot__in=snapshots).values_list(
-                    "tool_name", flat=True
-                )
-            )
-        ),
+        "agents": sorted(agents),
+        "resources": sorted(resources),
+        "tools": sorted(tools),
+        "agent_counts": [{"agent_id": a, "open_count": n} for a, n in sorted(agents.items()) if n],
     }
 
 
 @dataclass
 class OpenCallView:
-    """An open call as the thread page shows it."""
+    """An open call as the thread page shows it: one card (a sub-agent's call is the supervisor's
+    surfaced call, showing the inner call that would run)."""
 
     call: SuspendedToolCall
     description: str
     args: Any  # the arguments the tool would run with (the inner call's for a sub-agent call)
     inner_tool_name: str | None
     resume_fields: list[ResumeField] | None
-    # Form state after a rejected submission (shown inline, nothing decided).
+    reason: str = ""  # the agent's last text before the call: why it wants this
+    # Form state after a submission that decided nothing (shown inline).
     error: str = ""
     error_items: list[str] = field(default_factory=list)
     failed_action: str = ""
     edit_text: str | None = None
-    reason: str = ""
+    note: str = ""  # the reason box's text, kept
     resume_json: str = ""
+    confirming: str = ""  # a high-risk approval waiting for its second step: "approve" | "edit"
 
     @property
     def tool_call_id(self) -> str:
@@ -99,6 +183,30 @@ class OpenCallView:
         return self.call.requires_approval
 
     @property
+    def risk(self) -> str:
+        return self.call.risk
+
+    @property
+    def high_risk(self) -> bool:
+        return self.call.risk == SuspendedToolCall.Risk.HIGH
+
+    @property
+    def title(self) -> str:
+        """What would run: ``refund``, or ``billing-agent → refund`` for a sub-agent's call."""
+        if self.inner_tool_name:
+            return f"{self.call.inner_agent_id} → {self.inner_tool_name}"
+        return self.call.tool_name
+
+    @property
+    def fingerprint(self) -> str:
+        """The displayed arguments' fingerprint, sent with every decision (``ARGS_CHANGED`` if stale)."""
+        return args_fingerprint(self.args)
+
+    @property
+    def editing(self) -> bool:
+        return self.edit_text is not None
+
+    @property
     def edit_value(self) -> str:
         return self.args_json if self.edit_text is None else self.edit_text
 
@@ -107,8 +215,34 @@ class OpenCallView:
         return json.dumps(self.args, indent=2, ensure_ascii=False, sort_keys=False)
 
     @property
+    def question(self) -> str:
+        """A ``suspend()`` call's question as prose (``{"question": ...}`` or a plain string payload)."""
+        payload = self.call.suspend_payload
+        if isinstance(payload, str):
+            return payload
+        if isinstance(payload, dict):
+            for key in QUESTION_KEYS:
+                if isinstance(payload.get(key), str):
+                    return payload[key]
+        return ""
+
+    @property
+    def payload_extra(self) -> Any:
+        """What the payload holds besides its question (shown as JSON only when there is any)."""
+        payload = self.call.suspend_payload
+        if not self.question:
+            return payload
+        if isinstance(payload, dict):
+            rest = {k: v for k, v in payload.items() if k not in QUESTION_KEYS}
+            return rest or None
+        return None
+
+    @property
     def payload_json(self) -> str:
-        return json.dumps(self.call.suspend_payload, indent=2, ensure_ascii=False)
+        return json.dumps(self.payload_extra, indent=2, ensure_ascii=False)
+
+
+QUESTION_KEYS = ("question", "prompt", "message", "text")
 
 
 def _description(agent_id: str, tool_name: str) -> str:
@@ -117,6 +251,42 @@ def _description(agent_id: str, tool_name: str) -> str:
     except AgentRunError:
         return ""
     return tool.description if tool is not None else ""
+
+
+def validate_edited_args(view: OpenCallView, args: Any) -> None:
+    """Raise the engine's ``ARGS_INVALID`` for edited arguments its tool would refuse (nothing decided)."""
+    agent_id = view.call.inner_agent_id if view.inner_tool_name else view.call.run.agent_id
+    tool_name = view.inner_tool_name or view.call.tool_name
+    tool = get_agent(agent_id or "").tools.get(tool_name)
+    if tool is not None:
+        tool.validate_args(args)
+
+
+def _reasons(calls: list[SuspendedToolCall], inner: dict[tuple[str, str], SuspendedToolCall]) -> dict[str, str]:
+    """Per run: what the agent last said before each of its calls (one query).
+
+    The reason of a call is the text of the assistant message that made it, else the run's latest
+    assistant text before it. A sub-agent's call is explained by the sub-agent's own words.
+    """
+    run_ids = {c.run_id for c in calls} | {k[0] for k in inner}
+    said = (
+        Message.objects.filter(run_id__in=run_ids, role=Message.Role.ASSISTANT)
+        .exclude(content="")
+        .order_by("created_at", "id")
+        .values_list("run_id", "content", "tool_calls", "created_at")
+    )
+    said = list(said)
+    reasons: dict[str, str] = {}
+    for c in [*calls, *inner.values()]:
+        best = ""
+        for run_id, content, tool_calls, created_at in said:
+            if run_id != c.run_id or created_at > c.created_at:
+                continue
+            best = content
+            if any(isinstance(t, dict) and t.get("id") == c.tool_call_id for t in tool_calls or []):
+                break
+        reasons[f"{c.run_id} {c.tool_call_id}"] = best.strip()
+    return reasons
 
 
 def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
@@ -128,12 +298,15 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
         for run_id, tool_call_id in inner_keys:
             q |= Q(run_id=run_id, tool_call_id=tool_call_id)
         inner = {(c.run_id, c.tool_call_id): c for c in SuspendedToolCall.objects.filter(q)}
+    reasons = _reasons(calls, inner) if calls else {}
     views = []
     for c in calls:
         inner_call = inner.get((c.inner_run_id, c.inner_tool_call_id)) if c.inner_run_id else None
+        reason = reasons.get(f"{c.run_id} {c.tool_call_id}", "")
         if inner_call is not None:
             description = _description(c.inner_agent_id or "", inner_call.tool_name)
             args, inner_name = inner_call.args, inner_call.tool_name
+            reason = reasons.get(f"{inner_call.run_id} {inner_call.tool_call_id}") or reason
         else:
             description = _description(c.run.agent_id, c.tool_name)
             args, inner_name = c.args, None
@@ -144,16 +317,20 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
                 args=args,
                 inner_tool_name=inner_name,
                 resume_fields=None if c.requires_approval else build_fields(c.resume_schema),
+                reason=reason,
             )
         )
     return views
 
 
 def thread_open_calls(thread_id: str, hidden: frozenset[str] = frozenset()) -> list[SuspendedToolCall]:
+    """The thread's open calls, one per decision to make: a sub-agent's call that its supervisor
+    surfaces is shown (and decided) as the supervisor's call only."""
     return list(
         SuspendedToolCall.objects.filter(
             status=OPEN, run__thread_id=thread_id, run__snapshot__in=live_snapshots(hidden)
         )
+        .exclude(surfaced_by_a_supervisor(hidden))
         .select_related("run")
         .order_by("created_at", "run_id", "position", "id")
     )
@@ -179,3 +356,71 @@ def decisions_for_calls(tool_call_ids: list[str], hidden: frozenset[str] = froze
     for d in decisions.order_by("decided_at", "id"):
         found[d.tool_call_id] = d
     return found
+
+
+def history_decisions(*, hidden: frozenset[str] = frozenset(), **filters: Any) -> QuerySet[Decision]:
+    """The history page's decisions: the one audit-trail filter (``agentrun.selectors.decision_history``,
+    also behind ``GET /api/decisions``), newest first, with the run's resource for its column."""
+    decisions = decision_history(hidden=hidden, **filters)
+    return decisions.annotate(resource_id=F("run__resource_id")).order_by("-decided_at", "-id")
+
+
+def tool_risk(agent_id: str, tool_name: str) -> str:
+    """The risk a tool declares (CONTRACT §8), for decisions whose call is gone. A sub-agent's call is as
+    risky as the riskiest approval its sub-agent may ask for (what it surfaces is one of those)."""
+    try:
+        tool = get_agent(agent_id).tools.get(tool_name)
+    except AgentRunError:
+        return "medium"
+    if tool is None:
+        return "medium"
+    inner = getattr(tool, "agent", None)
+    if inner is not None:
+        risks = [tool_risk(inner.id, t.id) for t in inner.tools.values() if t.requires_approval]
+        return max(risks, key=RISK_ORDER.__getitem__, default=tool.risk)
+    return tool.risk
+
+
+@dataclass
+class TimelineCall:
+    """A call of a tool_calls step as it ran: an edited call ran with ``edited`` (``arguments`` was asked)."""
+
+    id: str
+    name: str
+    arguments: Any
+    output: str | None
+    decision: Decision | None
+
+    @property
+    def edited(self) -> Any:
+        return self.decision.edited_args if self.decision is not None else None
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, indent=2, ensure_ascii=False)
+
+
+def timeline_steps(run: Any, decisions: list[Decision]) -> list[tuple[Any, list[TimelineCall]]]:
+    """The run's steps, each with its calls joined to their decision (one query: the steps)."""
+    by_call = {d.tool_call_id: d for d in decisions}  # in decision order: a call's latest decision wins
+    steps = []
+    for step in run.steps.order_by("created_at", "id"):
+        calls = []
+        if step.step_details.get("type") == "tool_calls":
+            for tc in step.step_details.get("toolCalls") or []:
+                function = tc.get("function") or {}
+                try:
+                    arguments = json.loads(function.get("arguments") or "null")
+                except ValueError:
+                    arguments = function.get("arguments")
+                calls.append(
+                    TimelineCall(
+                        id=tc.get("id", ""),
+                        name=function.get("name", ""),
+                        arguments=arguments,
+                        output=function.get("output"),
+                        decision=by_call.get(tc.get("id", "")),
+                    )
+                )
+        steps.append((step, calls))
+    return steps

@@ -6,27 +6,41 @@ thread pages and history; a decision on a call the user may not decide is 403.
 
 from __future__ import annotations
 
+import json
 from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q
+from django.db import transaction
+from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
-from agentrun.access import can_decide, can_decide_agent, can_view, hidden_agent_ids, only_visible
-from agentrun.engine.service import decide_tool_call
+from agentrun.access import can_decide, can_decide_agent, can_view, hidden_agent_ids
+from agentrun.engine.service import DecisionRequest, decide_tool_call, decide_tool_calls
 from agentrun.errors import AgentRunError
-from agentrun.models import Decision, Run, SuspendedToolCall
+from agentrun.models import Decision, Run, SuspendedToolCall, Thread
+from agentrun.selectors import decision_history
 from approvals import selectors
-from approvals.resume_form import attach_engine_errors, parse_resume_form
+from approvals.resume_form import attach_engine_errors, json_error, parse_resume_form
+from approvals.selectors import OpenCallView
 
 HISTORY_PAGE_SIZE = 25
+BATCH_KINDS = ("approve", "decline")
+BATCH_ERRORS = {
+    "ARGS_CHANGED": "The arguments of a listed call changed since you saw them.",
+    "TOOL_CALL_ALREADY_DECIDED": "A listed call was decided meanwhile.",
+    "RUN_NOT_SUSPENDED": "A listed call no longer waits.",
+    "RUN_NOT_FOUND": "A listed call no longer waits.",
+    "TOOL_CALL_NOT_SUSPENDED": "A listed call no longer waits.",
+}
 ALREADY_DECIDED_CODES = {"TOOL_CALL_ALREADY_DECIDED", "RUN_NOT_SUSPENDED", "RUN_NOT_FOUND"}
 FORM_ERROR_CODES = {"ARGS_INVALID", "RESUME_DATA_INVALID", "INVALID_REQUEST"}
 
@@ -61,51 +75,107 @@ def _page(request: HtmxHttpRequest, template: str, section: str, context: dict, 
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = {
         "agent_id": request.GET.get("agent", "").strip(),
-        "resource_id": request.GET.get("resource", "").strip(),
+        "resource_id": request.GET.get("resource", ""),  # ids are kept as they are: " x" is an id
         "tool_name": request.GET.get("tool", "").strip(),
+        "risk": request.GET.get("risk", "").strip(),
     }
+    sort = "newest" if request.GET.get("sort") == "newest" else "oldest"
     hidden = hidden_agent_ids(request.user)
     context = {
-        "threads": selectors.inbox_threads(**filters, hidden=hidden),
+        "rows": selectors.inbox_rows(**filters, newest_first=sort == "newest", hidden=hidden),
         "filters": filters,
-        "choices": selectors.inbox_filter_choices(hidden),
+        "sort": sort,
+        "choices": selectors.inbox_facets(**filters, hidden=hidden),
+        "risks": SuspendedToolCall.Risk.choices,
         "query": request.GET.urlencode(),
     }
     return _page(request, "approvals/inbox.html", "threads", context)
 
 
 # --- thread ----------------------------------------------------------------------------------------
+def _thread_context(request: HttpRequest, thread_id: str, *, replace: OpenCallView | None = None) -> dict[str, Any]:
+    """What the thread page shows; ``replace``: a card to show in its current form state."""
+    hidden = hidden_agent_ids(request.user)
+    calls = selectors.open_call_views(selectors.thread_open_calls(thread_id, hidden))
+    if replace is not None:
+        calls = [replace if c.tool_call_id == replace.tool_call_id else c for c in calls]
+    return {
+        "thread_id": thread_id,
+        "resource_id": Thread.objects.filter(pk=thread_id).values_list("resource_id", flat=True).first(),
+        "calls": calls,
+        "approval_calls": [c for c in calls if c.is_approval],
+        "messages": selectors.recent_messages(thread_id, hidden=hidden),
+        "can_decide": can_decide(request.user),
+        "hidden": hidden,
+    }
+
+
+def _known_call_ids(raw: str) -> list[str]:
+    """The live refresh's list of the calls a page shows (JSON: ids may hold any character)."""
+    try:
+        known = json.loads(raw)
+    except ValueError:
+        return []
+    return [k for k in known if isinstance(k, str)] if isinstance(known, list) else []
+
+
 @require_GET
 @vary_on_headers("HX-Request")
 @viewer_required
 def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
-    hidden = hidden_agent_ids(request.user)
-    calls = selectors.open_call_views(selectors.thread_open_calls(thread_id, hidden))
-    context = {
-        "thread_id": thread_id,
-        "calls": calls,
-        "messages": selectors.recent_messages(thread_id, hidden=hidden),
-        "can_decide": can_decide(request.user),
-    }
+    context = _thread_context(request, thread_id)
     if request.htmx and "known" in request.GET:
         # The live refresh: the page says which calls it shows; answer with the new ones (appended)
         # and out-of-band notices replacing the ones that left (who decided them, if anyone did).
-        known = [k for k in request.GET.get("known", "").split() if k]
-        open_ids = {c.tool_call_id for c in calls}
+        # A re-sync after the page was offline gets the whole list, with the same notices on top.
+        known = _known_call_ids(request.GET["known"])
+        open_ids = {c.tool_call_id for c in context["calls"]}
         gone = [k for k in known if k not in open_ids]
-        decisions = selectors.decisions_for_calls(gone, hidden)
-        context |= {
-            "calls": [c for c in calls if c.tool_call_id not in known],
-            "gone": [{"tool_call_id": k, "decision": decisions.get(k)} for k in gone],
-        }
+        decisions = selectors.decisions_for_calls(gone, context["hidden"])
+        context["gone"] = [{"tool_call_id": k, "decision": decisions.get(k)} for k in gone]
+        if "resync" in request.GET:
+            # Back from offline: every card afresh (the page's may be stale), and who decided the rest.
+            return render(request, "approvals/thread.html#calls", context)
+        context["calls"] = [c for c in context["calls"] if c.tool_call_id not in known]
         return render(request, "approvals/thread.html#live-delta", context)
     return _page(request, "approvals/thread.html", "calls", context)
+
+
+@require_GET
+def thread_by_query(request: HtmxHttpRequest) -> HttpResponse:
+    """``threads/?id=<id>``: the thread page of an id that cannot be a path segment ("." and "..")."""
+    thread_id = request.GET.get("id", "")
+    if not thread_id:
+        raise Http404("No such thread.")
+    return thread_detail(request, thread_id)
+
+
+def _parse_edited_args(text: str) -> Any:
+    """The editor's text as JSON, or an error naming where it breaks (nothing is decided)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AgentRunError("ARGS_INVALID", json_error(exc)) from None
+    except (ValueError, RecursionError):
+        raise AgentRunError("ARGS_INVALID", "This is not valid JSON: too deep or too large.") from None
+
+
+def _same_args(text: str, args: Any) -> bool:
+    try:
+        return json.loads(text) == args
+    except (ValueError, RecursionError):
+        return False
 
 
 @require_POST
 @viewer_required
 def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> HttpResponse:
-    """Approve / decline / edit & approve / resume one open call, then continue the run server-side."""
+    """Approve / decline / edit & approve / resume one open call, then continue the run server-side.
+
+    The card posts the fingerprint of the arguments it shows: if they changed since, the engine refuses
+    (``ARGS_CHANGED``) and the card comes back with the current ones. A high-risk approval takes a
+    second, deliberate step: the first click only asks for confirmation.
+    """
     if not can_decide(request.user):
         raise PermissionDenied("You may not decide tool calls.")
     agent_id = Run.objects.filter(pk=run_id).values_list("agent_id", flat=True).first()
@@ -120,63 +190,91 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
             return _decision_response(request, None, run_id, tool_call_id, status=404, error="No such tool call.")
         return _decision_response(request, decision, run_id, tool_call_id, status=409, already=True)
     view = selectors.open_call_views([call])[0]
-    kwargs: dict[str, Any] = {"agent_id": call.run.agent_id, "run_id": run_id, "tool_call_id": tool_call_id}
+    view.note = request.POST.get("reason", "")
+    fingerprint = request.POST.get("args_fingerprint") or None
+    kwargs: dict[str, Any] = {
+        "agent_id": call.run.agent_id,
+        "run_id": run_id,
+        "tool_call_id": tool_call_id,
+        "args_fingerprint": fingerprint,
+    }
     # A reason typed in the card goes with the decision, approve or decline (as over REST).
-    view.reason = request.POST.get("reason", "")
-    reason = view.reason.strip() or None
-    if action == "approve":
-        kwargs |= {"kind": "approve", "reason": reason}
-    elif action == "decline":
-        kwargs |= {"kind": "decline", "reason": reason}
-    elif action == "edit":
-        # Handed to the engine as text: it parses and validates (ARGS_INVALID), changing nothing on error.
-        view.edit_text = request.POST.get("args", "")
-        kwargs |= {"kind": "approve", "args": view.edit_text}
-    elif action == "resume":
-        view.resume_json = request.POST.get("resume_data", "")
-        resume_data, fields, json_error = parse_resume_form(call.resume_schema, request.POST)
-        view.resume_fields = fields
-        if json_error or any(f.error for f in fields or []):
-            view.error, view.failed_action = json_error or "Correct the fields below.", "resume"
-            return _form_error(request, view)
-        kwargs |= {"kind": "resume", "resume_data": resume_data}
-    else:
-        return HttpResponse("Unknown action.", status=400)
+    reason = view.note.strip() or None
     try:
+        if action == "cancel":  # leave the confirmation step: the card as it was, nothing decided
+            return _card(request, view)
+        if action == "approve":
+            edited = request.POST.get("args")  # sent only while the editor is open
+            if edited is not None and not _same_args(edited, view.args):
+                view.edit_text = edited
+                raise AgentRunError(
+                    "INVALID_REQUEST",
+                    "You changed the arguments: “Edit & approve” runs your version; “Cancel edit” goes back "
+                    "to the ones shown.",
+                )
+            kwargs |= {"kind": "approve", "reason": reason}
+        elif action == "decline":
+            kwargs |= {"kind": "decline", "reason": reason}
+        elif action == "edit":
+            view.edit_text = request.POST.get("args", "")
+            kwargs |= {"kind": "approve", "reason": reason, "args": _parse_edited_args(view.edit_text)}
+        elif action == "resume":
+            view.resume_json = request.POST.get("resume_data", "")
+            resume_data, fields, json_error = parse_resume_form(call.resume_schema, request.POST)
+            view.resume_fields = fields
+            if json_error or any(f.error for f in fields or []):
+                view.failed_action = "resume"
+                view.error = json_error or "Please correct the fields marked below."
+                return _card(request, view, status=422)
+            kwargs |= {"kind": "resume", "resume_data": resume_data}
+        else:
+            return HttpResponse("Unknown action.", status=400)
+        if action in ("approve", "edit") and view.high_risk and request.POST.get("confirm") != "high-risk":
+            if fingerprint is not None and fingerprint != view.fingerprint:
+                raise AgentRunError("ARGS_CHANGED", "The arguments changed since this card was shown.")
+            if action == "edit":  # an invalid edit is said now, not after the confirmation
+                selectors.validate_edited_args(view, kwargs["args"])
+            view.confirming = action  # the second step: nothing is decided by this click
+            return _card(request, view)
         outcome = decide_tool_call(**kwargs, decided_by=request.user, via=Decision.Via.DASHBOARD)
     except AgentRunError as exc:
-        if exc.code == "PERMISSION_DENIED":  # e.g. a sub-agent's call this user may not decide
-            raise PermissionDenied(exc.message) from exc
-        if exc.code in ALREADY_DECIDED_CODES:
-            decision = selectors.latest_decision(run_id, tool_call_id)
-            if decision is not None:
-                return _decision_response(request, decision, run_id, tool_call_id, status=409, already=True)
-        view.failed_action = action
-        view.error = exc.message
-        errors = (exc.details or {}).get("errors") or []
-        if action == "resume":
-            view.error_items = attach_engine_errors(view.resume_fields, errors)
-        else:
-            view.error_items = [f"{e.get('loc', '$')}: {e.get('message', '')}" for e in errors]
-        return _form_error(request, view, status=422 if exc.code in FORM_ERROR_CODES else 400)
+        return _refused(request, view, action, exc)
     return _decision_response(request, outcome.decision, run_id, tool_call_id, status=200)
 
 
-def _form_error(request: HtmxHttpRequest, view: selectors.OpenCallView, status: int = 422) -> HttpResponse:
-    """The call again, with the error next to the form that failed; nothing was decided."""
-    context = {"call": view, "can_decide": True}
+def _refused(request: HtmxHttpRequest, view: OpenCallView, action: str, exc: AgentRunError) -> HttpResponse:
+    """The engine (or the form) refused: say why, next to the card; nothing was decided."""
+    if exc.code == "PERMISSION_DENIED":  # e.g. a sub-agent's call this user may not decide
+        raise PermissionDenied(exc.message) from exc
+    run_id, tool_call_id = view.call.run_id, view.tool_call_id
+    if exc.code in ALREADY_DECIDED_CODES:
+        decision = selectors.latest_decision(run_id, tool_call_id)
+        if decision is not None:
+            return _decision_response(request, decision, run_id, tool_call_id, status=409, already=True)
+    if exc.code == "ARGS_CHANGED":
+        # Show the arguments as they are now: the reviewer decides again on what they see.
+        call = SuspendedToolCall.objects.select_related("run").get(pk=view.call.pk)
+        fresh = selectors.open_call_views([call])[0]
+        fresh.failed_action, fresh.note, fresh.edit_text = action, view.note, view.edit_text
+        fresh.error = "The arguments changed since this card was shown. Check them below and decide again."
+        return _card(request, fresh, status=409)
+    view.failed_action = action
+    errors = (exc.details or {}).get("errors") or []
+    if action == "resume":
+        view.error = "Please correct the fields marked below."
+        view.error_items = attach_engine_errors(view.resume_fields, errors)
+    else:
+        view.error = exc.message
+        view.error_items = [f"{e.get('loc', '$')}: {e.get('message', '')}" for e in errors]
+    return _card(request, view, status=422 if exc.code in FORM_ERROR_CODES else 400)
+
+
+def _card(request: HtmxHttpRequest, view: OpenCallView, status: int = 200) -> HttpResponse:
+    """The card in its current state (htmx), or the thread page showing it: a confirmation step, or an
+    error next to the form that failed (nothing was decided)."""
     if request.htmx:
-        return render(request, "approvals/thread.html#call", context, status=status)
-    thread_id = view.call.run.thread_id
-    hidden = hidden_agent_ids(request.user)
-    calls = selectors.open_call_views(selectors.thread_open_calls(thread_id, hidden))
-    calls = [view if c.tool_call_id == view.tool_call_id else c for c in calls]
-    context = {
-        "thread_id": thread_id,
-        "calls": calls,
-        "messages": selectors.recent_messages(thread_id, hidden=hidden),
-        "can_decide": True,
-    }
+        return render(request, "approvals/thread.html#call", {"call": view, "can_decide": True}, status=status)
+    context = _thread_context(request, view.call.run.thread_id, replace=view)
     return render(request, "approvals/thread.html", context, status=status)
 
 
@@ -196,13 +294,86 @@ def _decision_response(
         "tool_call_id": tool_call_id,
         "already": already,
         "error": error,
-        "mine": decision is not None and decision.decided_by_id == request.user.pk and not already,
     }
     if request.htmx:
         return render(request, "approvals/thread.html#decided", context, status=status)
     if status == 200:
         return redirect("approvals:run", run_id=run_id)
     return render(request, "approvals/decided.html", context, status=status)
+
+
+def _batch_items(request: HttpRequest) -> dict[str, list[DecisionRequest]] | None:
+    """The calls the confirmation listed, grouped by run: ``run_id fingerprint tool_call_id`` each."""
+    kind = request.POST.get("confirm", "")
+    reason = (request.POST.get("reason", "").strip() or None) if kind == "decline" else None
+    groups: dict[str, list[DecisionRequest]] = {}
+    for item in request.POST.getlist("call"):
+        parts = item.split(" ", 2)
+        if len(parts) != 3:
+            return None
+        run_id, fingerprint, tool_call_id = parts
+        groups.setdefault(run_id, []).append(
+            DecisionRequest(kind=kind, tool_call_id=tool_call_id, reason=reason, args_fingerprint=fingerprint)
+        )
+    return groups or None
+
+
+@require_POST
+@viewer_required
+def decide_all(request: HtmxHttpRequest) -> HttpResponse:
+    """Approve all / Decline all of a thread's approval calls. The first click lists them; the second
+    decides exactly the listed calls, bound to the arguments listed, all or nothing (the engine's batch
+    service per run, in one transaction)."""
+    if not can_decide(request.user):
+        raise PermissionDenied("You may not decide tool calls.")
+    thread_id = request.POST.get("thread_id", "")
+    kind = request.POST.get("confirm", "")
+    if "cancel" in request.POST or kind not in BATCH_KINDS:
+        context = _thread_context(request, thread_id)
+        if request.POST.get("ask") in BATCH_KINDS and "cancel" not in request.POST:
+            context["batch_confirm"] = request.POST["ask"]  # the list to confirm; nothing decided yet
+        return _batch_response(request, context, section="batch")
+    groups = _batch_items(request)
+    if groups is None:
+        return HttpResponse("Name the calls to decide.", status=400)
+    agents = dict(Run.objects.filter(pk__in=groups, thread_id=thread_id).values_list("id", "agent_id"))
+    shown = selectors.thread_open_calls(thread_id, hidden_agent_ids(request.user))
+    titles = {c.tool_call_id: c.title for c in selectors.open_call_views(shown)}
+    try:
+        with transaction.atomic():  # every listed call, or none
+            decided = []
+            for run_id, requests in groups.items():
+                if run_id not in agents:
+                    raise AgentRunError("RUN_NOT_FOUND", "A listed call is not in this thread any more.")
+                outcome = decide_tool_calls(
+                    agent_id=agents[run_id],
+                    run_id=run_id,
+                    requests=requests,
+                    decided_by=request.user,
+                    via=Decision.Via.DASHBOARD,
+                )
+                decided += outcome.decisions
+    except AgentRunError as exc:
+        if exc.code == "PERMISSION_DENIED":
+            raise PermissionDenied(exc.message) from exc
+        context = _thread_context(request, thread_id)
+        context["batch_error"] = BATCH_ERRORS.get(exc.code, exc.message) + " The calls below are up to date."
+        return _batch_response(request, context, section="calls", status=409)
+    context = _thread_context(request, thread_id)
+    names = ", ".join(titles.get(d.tool_call_id, d.tool_name) for d in decided)
+    verb = "Approved" if kind == "approve" else "Declined"
+    count = f"{len(decided)} call{pluralize(len(decided))}"
+    context["batch_result"] = f"{verb} {count}: {names}. The runs continue on the server."
+    return _batch_response(request, context, section="calls")
+
+
+def _batch_response(request: HtmxHttpRequest, context: dict, *, section: str, status: int = 200) -> HttpResponse:
+    if not request.htmx:
+        return render(request, "approvals/thread.html", context, status=status)
+    response = render(request, f"approvals/thread.html#{section}", context, status=status)
+    if section == "calls":  # after deciding, every card is re-read, not only the batch bar
+        response = reswap(retarget(response, "#calls"), "outerHTML")
+    return response
 
 
 # --- run -------------------------------------------------------------------------------------------
@@ -217,12 +388,13 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     messages = list(run.messages.order_by("created_at", "id"))
     final_answer = next((m for m in reversed(messages) if m.role == "assistant" and m.content), None)
     last_seq = run.next_seq - 1
+    decisions = list(run.decisions.annotate(resource_id=F("run__resource_id")).order_by("decided_at", "id"))
     context = {
         "run": run,
         "messages": messages,
         "final_answer": final_answer if run.is_final else None,
-        "steps": list(run.steps.order_by("created_at", "id")),
-        "decisions": list(run.decisions.order_by("decided_at", "id")),
+        "steps": selectors.timeline_steps(run, decisions),
+        "decisions": decisions,
         "open_calls": list(run.suspended_calls.filter(status=SuspendedToolCall.Status.OPEN)),
         "child_runs": list(run.child_runs.exclude(agent_id__in=hidden).order_by("created_at", "id")),
         "stream_state": {"runId": run.id, "after": last_seq, "final": run.is_final, "status": run.status},
@@ -236,27 +408,24 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 @viewer_required
 def history(request: HtmxHttpRequest) -> HttpResponse:
     filters = {
-        "agent": request.GET.get("agent", "").strip(),
+        "agent_id": request.GET.get("agent", "").strip(),
         "decided_by": request.GET.get("decided_by", "").strip(),
         "kind": request.GET.get("kind", "").strip(),
+        "thread_id": request.GET.get("thread", ""),
+        "resource_id": request.GET.get("resource", ""),
     }
-    visible = only_visible(Decision.objects.all(), request.user)
-    decisions = visible.order_by("-decided_at", "-id")
-    if filters["agent"]:
-        decisions = decisions.filter(agent_id=filters["agent"])
-    if filters["decided_by"]:
-        decisions = decisions.filter(Q(decided_by_username=filters["decided_by"]))
-    if filters["kind"]:
-        decisions = decisions.filter(kind=filters["kind"])
+    hidden = hidden_agent_ids(request.user)
+    decisions = selectors.history_decisions(hidden=hidden, **filters)
     page = Paginator(decisions, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
+    visible = decision_history(hidden=hidden).order_by()  # the filter menus' values
     context = {
         "page": page,
         "filters": filters,
         "kinds": Decision.Kind.choices,
-        "agents": sorted(set(visible.values_list("agent_id", flat=True).distinct())),
-        "deciders": sorted({u for u in visible.values_list("decided_by_username", flat=True).distinct() if u}),
+        "agents": sorted(visible.values_list("agent_id", flat=True).distinct()),
+        "deciders": sorted(u for u in visible.values_list("decided_by_username", flat=True).distinct() if u),
         "query": query.urlencode(),
     }
     return _page(request, "approvals/history.html", "decisions", context)

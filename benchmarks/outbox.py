@@ -6,8 +6,8 @@
 Each mode runs in a fresh process on a throw-away database. A run here is a whole approval cycle
 through the Python API: it suspends on send-email, is approved, and completes (three state changes:
 run.suspended, toolcall.decided, run.completed). Counted: wall time per run and database queries per
-run, every thread included. With a subscriber the delivery itself is left out (the hand-over to the
-notification threads is a no-op): the figure is what the engine pays, which is all that is on its path.
+run, every thread included. With a subscriber the delivery itself is left out (the enqueueing of
+the event's handling is a no-op): the figure is what the engine pays, which is all that is on its path.
 """
 
 from __future__ import annotations

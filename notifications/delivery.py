@@ -1,37 +1,39 @@
-"""The events listener: turns outbox events into webhook deliveries and email notices, and sends them.
+"""The events listener: turns outbox events into webhook deliveries and email notices, and sends them
+through the task queue (queue ``notifications``).
 
-Nothing here runs in the engine's transactions, its loop or the task queue's workers: after an event
-commits, ``Notifier.recorded`` hands it to a small pool of threads of this process
-(``AGENTRUN_NOTIFY_THREADS``) and returns. There each event is *taken* once (one transaction writes
-its deliveries and notices and marks it handled), then each delivery is attempted: a POST signed the
-Standard Webhooks way, given up after ``AGENTRUN_WEBHOOK_TIMEOUT_SECONDS``. A 2xx answer delivers it;
-anything else schedules the next attempt ``AGENTRUN_WEBHOOK_RETRY_SECONDS × 2^(attempts-1)`` later
-(at most an hour), until ``AGENTRUN_WEBHOOK_MAX_ATTEMPTS`` attempts failed. A receiver that hangs
-holds one of these threads, never a decision, a run or a worker.
+Nothing here runs in the engine's transactions or its loop: the engine records an event in its own
+transaction and ``Notifier.recorded`` enqueues ``handle_event`` there too (transactional enqueue: the
+event and its task commit together, or neither). A worker of the ``notifications`` queue (production:
+``manage.py agentrun_worker --queue-name notifications``; embedded: a thread of the server process)
+*takes* the event once (one transaction writes its deliveries and notices and marks it handled) and
+enqueues one task per delivery and per notice. Each delivery is a POST signed the Standard Webhooks
+way, given up after ``AGENTRUN_WEBHOOK_TIMEOUT_SECONDS``. A 2xx answer delivers it; anything else
+schedules the next attempt — a task with ``run_after`` —
+``AGENTRUN_WEBHOOK_RETRY_SECONDS × 2^(attempts-1)`` later (at most an hour), until
+``AGENTRUN_WEBHOOK_MAX_ATTEMPTS`` attempts failed. A receiver that hangs holds one notifications task,
+never a decision, a run or a continuation worker.
 
-At least once: every sweep (each worker; the embedded server) takes events left untaken (a process
-died between the commit and the hand-over) and hands due deliveries and notices to the pool. A
-process claims a delivery by pushing its ``next_attempt_at`` past the attempt's timeout in a
-conditional update, so two sweepers do not send it at once; receivers deduplicate on ``webhook-id``
-(the event id) all the same.
+At least once: a task claims its delivery by pushing ``next_attempt_at`` past the attempt's timeout in
+a conditional update, so a duplicate task does not send it twice at once; every sweep (each worker;
+the embedded server) enqueues again what a lost task left behind (an event untaken, a delivery or
+notice overdue — the embedded backend keeps its tasks in memory) and digests that are due. Receivers
+deduplicate on ``webhook-id`` (the event id) all the same.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from http.client import HTTPException
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connections, transaction
+from django.db import transaction
+from django.tasks import task
 from django.utils import timezone
 
 from agentrun.models import OutboxEvent
@@ -40,9 +42,12 @@ from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
 
 logger = logging.getLogger("agentrun.notifications")
 
+QUEUE = "notifications"
 MAX_BACKOFF_SECONDS = 3600.0
-# An event younger than this is left to the process that recorded it (it hands events over at once).
+# An event younger than this is left to the task its transaction enqueued; a delivery or notice due
+# longer ago than this has lost its task (the sweep enqueues another).
 UNTAKEN_GRACE = timedelta(seconds=2)
+OVERDUE_GRACE = timedelta(seconds=30)
 CLAIM_MARGIN_SECONDS = 30.0  # a claimed delivery is attempted again only after its timeout and this
 SWEEP_BATCH = 200
 USER_AGENT = "agentrun-webhooks/1"
@@ -58,53 +63,10 @@ def _claim_until() -> Any:
     return timezone.now() + timedelta(seconds=settings.AGENTRUN_WEBHOOK_TIMEOUT_SECONDS + CLAIM_MARGIN_SECONDS)
 
 
-# --- the pool -----------------------------------------------------------------------------------
-class Pool:
-    """This process's notification threads. A job is keyed: the same key is queued once at a time."""
-
-    def __init__(self) -> None:
-        self._executor: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
-        self._queued: dict[str, Future] = {}
-
-    def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
-        with self._lock:
-            if key in self._queued:
-                return
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    settings.AGENTRUN_NOTIFY_THREADS, thread_name_prefix="agentrun-notify"
-                )
-            self._queued[key] = self._executor.submit(self._job, key, fn, *args)
-
-    def _job(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            logger.exception("notification job %s failed", key)
-        finally:
-            connections.close_all()  # this thread's connections: the job may be the last for a while
-            with self._lock:
-                self._queued.pop(key, None)
-
-    def wait_idle(self, timeout: float = 30.0) -> None:
-        """Until no job is queued or running (tests; a clean shutdown)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                futures = list(self._queued.values())
-            if not futures:
-                return
-            for future in futures:
-                future.result(timeout=max(0.0, deadline - time.monotonic()))
-
-
-pool = Pool()
-
-
 # --- taking an event ------------------------------------------------------------------------------
 def take_event(event_id: str) -> bool:
-    """Write the event's deliveries and notices and mark it handled, once (False: taken already)."""
+    """Write the event's deliveries and notices and mark it handled, once (False: taken already).
+    Their tasks are enqueued in the same transaction."""
     now = timezone.now()
     with transaction.atomic():
         event = OutboxEvent.objects.select_for_update().filter(pk=event_id, handled_at__isnull=True).first()
@@ -117,19 +79,23 @@ def take_event(event_id: str) -> bool:
         emails.create_notices(event)
         event.handled_at = now
         event.save(update_fields=["handled_at"])
+        # One task each: an endpoint that hangs holds its own task, not the others'.
+        for delivery_id in WebhookDelivery.objects.filter(event_id=event_id).values_list("id", flat=True):
+            attempt_delivery.enqueue(delivery_id)
+        for notice_id, user_id, digest, due in EmailNotice.objects.filter(
+            event_id=event_id, sent_at__isnull=True
+        ).values_list("id", "user_id", "digest", "next_attempt_at"):
+            if digest:
+                send_digest.using(run_after=due).enqueue(user_id)
+            else:
+                send_notice.enqueue(notice_id)
     return True
 
 
-def handle_event(event_id: str) -> None:
-    """A job: take the event, then hand what it owes to the pool at once, one job each (an endpoint
-    that hangs holds its own job, not the others')."""
-    if not take_event(event_id):
-        return
-    for delivery_id in WebhookDelivery.objects.filter(event_id=event_id).values_list("id", flat=True):
-        pool.submit(f"delivery:{delivery_id}", attempt_delivery, delivery_id)
-    notices = EmailNotice.objects.filter(event_id=event_id, digest=False, sent_at__isnull=True)
-    for notice_id in notices.values_list("id", flat=True):
-        pool.submit(f"notice:{notice_id}", send_notice, notice_id)
+@task(queue_name=QUEUE)
+def handle_event(event_id: str) -> bool:
+    """Take the event (its deliveries and notices go on the queue)."""
+    return take_event(event_id)
 
 
 # --- webhooks -----------------------------------------------------------------------------------
@@ -155,8 +121,10 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, st
     return status, None if 200 <= status < 300 else f"HTTP {status}"
 
 
+@task(queue_name=QUEUE)
 def attempt_delivery(delivery_id: str) -> bool:
-    """One attempt at a due delivery, if this process claims it. True once delivered."""
+    """One attempt at a due delivery, if this task claims it. True once delivered; a failure enqueues
+    the next attempt (``run_after`` its backoff) in the transaction that records it."""
     claimed = WebhookDelivery.objects.filter(
         pk=delivery_id, status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=timezone.now()
     ).update(next_attempt_at=_claim_until())
@@ -185,7 +153,10 @@ def attempt_delivery(delivery_id: str) -> bool:
         delivery.next_attempt_at = None
     else:
         delivery.next_attempt_at = now + backoff(delivery.attempts)
-    delivery.save()
+    with transaction.atomic():
+        delivery.save()
+        if delivery.next_attempt_at is not None:
+            attempt_delivery.using(run_after=delivery.next_attempt_at).enqueue(delivery.pk)
     if error is not None:
         logger.info("webhook %s to %s failed (attempt %d): %s", event.id, endpoint.url, delivery.attempts, error)
     return error is None
@@ -197,13 +168,14 @@ def resend(delivery_ids: list[str]) -> int:
         status=WebhookDelivery.Status.PENDING, next_attempt_at=timezone.now()
     )
     for delivery_id in delivery_ids:
-        pool.submit(f"delivery:{delivery_id}", attempt_delivery, delivery_id)
+        attempt_delivery.enqueue(delivery_id)
     return count
 
 
 # --- email --------------------------------------------------------------------------------------
+@task(queue_name=QUEUE)
 def send_notice(notice_id: int) -> None:
-    """Send one immediate notice, if this process claims it."""
+    """Send one immediate notice, if this task claims it."""
     now = timezone.now()
     claimed = EmailNotice.objects.filter(
         pk=notice_id, digest=False, sent_at__isnull=True, next_attempt_at__lte=now
@@ -213,6 +185,7 @@ def send_notice(notice_id: int) -> None:
         _send(notice.user, [notice])
 
 
+@task(queue_name=QUEUE)
 def send_digest(user_id: int) -> None:
     """Send a reviewer's digest: every digest notice they are owed, if the first is due."""
     with transaction.atomic():
@@ -238,33 +211,40 @@ def _send(user: Any, notices: list[EmailNotice]) -> None:
         attempts = max(n.attempts for n in notices) + 1
         logger.warning("email to %s failed (attempt %d): %s", user, attempts, exc)
         done = attempts >= settings.AGENTRUN_WEBHOOK_MAX_ATTEMPTS
-        EmailNotice.objects.filter(pk__in=ids).update(
-            attempts=attempts,
-            last_error=f"{type(exc).__name__}: {exc}"[:1000],
-            next_attempt_at=timezone.now() + backoff(attempts),
-            sent_at=timezone.now() if done else None,  # given up: not sent, but no longer owed
-        )
+        retry_at = timezone.now() + backoff(attempts)
+        with transaction.atomic():
+            EmailNotice.objects.filter(pk__in=ids).update(
+                attempts=attempts,
+                last_error=f"{type(exc).__name__}: {exc}"[:1000],
+                next_attempt_at=retry_at,
+                sent_at=timezone.now() if done else None,  # given up: not sent, but no longer owed
+            )
+            if not done and notices[0].digest:
+                send_digest.using(run_after=retry_at).enqueue(user.pk)
+            elif not done:
+                send_notice.using(run_after=retry_at).enqueue(notices[0].pk)
         return
     EmailNotice.objects.filter(pk__in=ids).update(sent_at=timezone.now())
 
 
 # --- the sweep ----------------------------------------------------------------------------------
 def sweep() -> None:
-    """Take events left untaken; hand due deliveries, notices and digests to the pool."""
+    """Enqueue again what lost its task: events left untaken, deliveries and notices overdue; and
+    digests that are due (a duplicate task finds its work claimed and does nothing)."""
     now = timezone.now()
     untaken = OutboxEvent.objects.filter(handled_at__isnull=True, created_at__lt=now - UNTAKEN_GRACE)
-    untaken = untaken.order_by("created_at")
-    for event_id in untaken.values_list("id", flat=True)[:SWEEP_BATCH]:
-        pool.submit(f"event:{event_id}", handle_event, event_id)
-    due = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now)
+    for event_id in untaken.order_by("created_at").values_list("id", flat=True)[:SWEEP_BATCH]:
+        handle_event.enqueue(event_id)
+    overdue = now - OVERDUE_GRACE
+    due = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=overdue)
     for delivery_id in due.order_by("next_attempt_at").values_list("id", flat=True)[:SWEEP_BATCH]:
-        pool.submit(f"delivery:{delivery_id}", attempt_delivery, delivery_id)
-    notices = EmailNotice.objects.filter(sent_at__isnull=True, next_attempt_at__lte=now).order_by("next_attempt_at")
-    for notice_id, user_id, digest in notices.values_list("id", "user_id", "digest")[:SWEEP_BATCH]:
-        if digest:
-            pool.submit(f"digest:{user_id}", send_digest, user_id)
-        else:
-            pool.submit(f"notice:{notice_id}", send_notice, notice_id)
+        attempt_delivery.enqueue(delivery_id)
+    notices = EmailNotice.objects.filter(sent_at__isnull=True, digest=False, next_attempt_at__lte=overdue)
+    for notice_id in notices.order_by("next_attempt_at").values_list("id", flat=True)[:SWEEP_BATCH]:
+        send_notice.enqueue(notice_id)
+    digests = EmailNotice.objects.filter(sent_at__isnull=True, digest=True, next_attempt_at__lte=now)
+    for user_id in digests.values_list("user_id", flat=True).distinct()[:SWEEP_BATCH]:
+        send_digest.enqueue(user_id)
 
 
 # --- the listener -------------------------------------------------------------------------------
@@ -295,7 +275,7 @@ class Notifier:
         return (email and type_ in emails.EMAIL_EVENTS) or any(e.subscribes(type_, agent_id) for e in endpoints)
 
     def recorded(self, event_id: str) -> None:
-        pool.submit(f"event:{event_id}", handle_event, event_id)
+        handle_event.enqueue(event_id)
 
     def sweep(self) -> None:
         sweep()

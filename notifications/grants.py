@@ -21,9 +21,10 @@ from agentrun.models import Decision, StandingGrant, SuspendedToolCall
 
 
 def grant_from_call(
-    *, user: Any, call: SuspendedToolCall, scope: str, expires_in: float | None
+    *, user: Any, call: SuspendedToolCall, scope: str, expires_in: float | None, args_fingerprint: str | None = None
 ) -> tuple[StandingGrant, DecisionOutcome]:
-    """Approve ``call`` and grant its tool for its thread or resource, together or not at all."""
+    """Approve ``call`` and grant its tool for its thread or resource, together or not at all.
+    ``args_fingerprint``: of the arguments the person saw (``ARGS_CHANGED`` if they changed)."""
     run = call.run
     if scope not in StandingGrant.Scope.values:
         raise AgentRunError("INVALID_REQUEST", f"scope must be thread or resource, not {scope!r}")
@@ -54,6 +55,7 @@ def grant_from_call(
         run_id=run.id,
         tool_call_id=call.tool_call_id,
         kind="approve",
+        args_fingerprint=args_fingerprint,
         reason=f"Approved, with a standing grant: {grant.describe()}.",
         decided_by=user,
         via=Decision.Via.DASHBOARD,

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import json
-from urllib.parse import quote
 
 from django.conf import settings
 from django.urls import reverse
 
 from agentrun.models import OutboxEvent
+from approvals.urls import thread_path
 from notifications.models import WebhookEndpoint
 
 
 def public_url(path: str) -> str:
     """``path`` (from ``reverse``) under ``AGENTRUN_PUBLIC_URL``: the base of links in messages."""
     return f"{settings.AGENTRUN_PUBLIC_URL}{path}"
-
-
-def thread_path(thread_id: str) -> str:
-    # Thread ids may hold "?", "#", "%" or spaces: the path segment is quoted whole.
-    return reverse("approvals:thread", args=["-"]).replace("/-/", f"/{quote(thread_id, safe='')}/")
 
 
 def thread_url(thread_id: str) -> str:

@@ -26,10 +26,10 @@ from agentrun.engine.decisions import decision_for_call
 from agentrun.errors import AgentRunError
 from agentrun.models import Run, SuspendedToolCall
 from approvals.selectors import open_call_views
+from approvals.urls import thread_path
 from approvals.views import HtmxHttpRequest, viewer_required
 from notifications import grants, links
 from notifications.models import DecisionLink, NotificationPreference
-from notifications.payloads import thread_path
 
 ALREADY_DECIDED_CODES = {"TOOL_CALL_ALREADY_DECIDED", "RUN_NOT_SUSPENDED", "RUN_NOT_FOUND", "TOOL_CALL_NOT_SUSPENDED"}
 LINK_STATUS = {"open": 200, "done": 200, "used": 410, "expired": 410, "closed": 409, "forbidden": 403, "invalid": 404}
@@ -129,7 +129,11 @@ def grant_create(request: HtmxHttpRequest) -> HttpResponse:
             raise AgentRunError("TOOL_CALL_NOT_SUSPENDED", "This call no longer waits.")
         seconds = float(expires_in) if expires_in else None
         grant, outcome = grants.grant_from_call(
-            user=request.user, call=call, scope=request.POST.get("scope", ""), expires_in=seconds
+            user=request.user,
+            call=call,
+            scope=request.POST.get("scope", ""),
+            expires_in=seconds,
+            args_fingerprint=request.POST.get("args_fingerprint") or None,
         )
     except ValueError:
         context["error"] = "Choose how long the grant lasts."

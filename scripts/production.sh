@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Production start on one machine: migrate, check, then N web processes and M workers under
-# agentrun.supervisor (a dead process is restarted with backoff, the others untouched; SIGTERM stops
-# them all within AGENTRUN_DRAIN_SECONDS + 5 s). README "Production" has the whole story.
+# Production start on one machine: migrate, check, then N web processes, M workers and the
+# notifications workers (webhooks, email) under agentrun.supervisor (a dead process is restarted with
+# backoff, the others untouched; SIGTERM stops them all within AGENTRUN_DRAIN_SECONDS + 5 s).
+# README "Production" has the whole story.
 #
 #   DATABASE_URL=postgres://… REDIS_URL=redis://… SECRET_KEY=… ALLOWED_HOSTS=agentrun.example.com \
 #   AGENTRUN_HTTPS=1 EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend \
@@ -14,6 +15,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 WEB=${AGENTRUN_WEB_PROCESSES:-2}
 WORKERS=${AGENTRUN_WORKERS:-2}
+NOTIFY_WORKERS=${AGENTRUN_NOTIFY_WORKERS:-1}
 PORT=${PORT:-8000}
 BIND=${BIND:-127.0.0.1}
 : "${DATABASE_URL:?set DATABASE_URL (postgres://…)}"
@@ -32,6 +34,10 @@ for i in $(seq 0 $((WEB - 1))); do
 done
 for i in $(seq 1 "$WORKERS"); do
   processes+=(--process "worker-$i=$py manage.py agentrun_worker --interval 1")
+done
+for i in $(seq 1 "$NOTIFY_WORKERS"); do
+  # Webhooks and email: a queue of their own, so a slow receiver never holds a continuation back.
+  processes+=(--process "notify-$i=$py manage.py agentrun_worker --queue-name notifications --interval 1")
 done
 # exec: the supervisor is this script's process, so a SIGTERM sent to the script reaches it.
 exec "$PY" -m agentrun.supervisor "${processes[@]}"

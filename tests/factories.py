@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.tasks import task_backends
 from django.utils import timezone
 
 from agentrun.engine.agents import get_agent
@@ -25,6 +26,11 @@ EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."
 
 def tool_line(tool_id: str, args: dict | str) -> str:
     return f"/tool {tool_id} {args if isinstance(args, str) else json.dumps(args)}"
+
+
+def wait_for_tasks(timeout: float = 30.0) -> None:
+    """Until the in-process task backend runs nothing (retries waiting for their time aside)."""
+    task_backends["default"].wait_idle(timeout)
 
 
 def record_decision(

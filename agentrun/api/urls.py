@@ -8,6 +8,7 @@ from typing import Any
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+import agentrun.converters  # noqa: F401 - registers <anyid:>
 from agentrun.api import views
 from agentrun.api.exceptions import api_not_found
 
@@ -35,12 +36,12 @@ urlpatterns = [
     *both("runs/<str:runId>/steps/<str:stepId>", views.RunStepDetailView.as_view(), "run-step"),
     *both("runs/<str:runId>/stream", views.RunStreamView.as_view(), "run-stream"),
     *both("runs/<str:runId>/cancel", views.RunCancelView.as_view(), "run-cancel"),
-    # A thread id may hold "/" (memory.thread is any string): the path converter takes it whole.
-    *both("threads/<path:threadId>/messages", views.ThreadMessageListView.as_view(), "thread-messages"),
+    # A thread id may hold "/" or a line break (memory.thread is any text): <anyid:> takes it whole.
+    *both("threads/<anyid:threadId>/messages", views.ThreadMessageListView.as_view(), "thread-messages"),
     *both("decisions", views.DecisionListView.as_view(), "decisions"),
     *both("background-tasks", views.BackgroundTaskListView.as_view(), "background-tasks"),
     *both("background-tasks/<str:taskId>/cancel", views.BackgroundTaskCancelView.as_view(), "background-task-cancel"),
     *both("schema/", SpectacularAPIView.as_view(), "schema"),
     *both("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), "docs"),
-    re_path(r"^.*$", api_not_found),
+    re_path(r"^[\s\S]*$", api_not_found),  # any path, line breaks included: the JSON 404
 ]

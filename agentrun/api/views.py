@@ -32,9 +32,8 @@ from agentrun.engine.decisions import cancel_run, expire_run_if_due
 from agentrun.engine.service import DecisionRequest
 from agentrun.errors import AgentRunError
 from agentrun.fanout import subscribe
-from agentrun.models import BackgroundTask, Decision, Message, Run, RunStep, Thread
-from agentrun.selectors import list_suspended_runs
-from agentrun.timeutil import parse_datetime_bound
+from agentrun.models import BackgroundTask, Message, Run, RunStep, Thread
+from agentrun.selectors import decision_history, list_suspended_runs
 from agentrun.wire import batch_requests, decision_kwargs, stream_kwargs
 
 JSON = "application/json"
@@ -398,19 +397,15 @@ class DecisionListView(ApiView):
     )
     def get(self, request: Request) -> Response:
         q = request.query_params
-        decisions = access.only_visible(Decision.objects.all(), request.user)
-        for param, field in (
-            ("agentId", "agent_id"),
-            ("threadId", "thread_id"),
-            ("runId", "run_id"),
-            ("decidedBy", "decided_by_username"),
-        ):
-            if value := q.get(param):
-                decisions = decisions.filter(**{field: value})
-        if (start := parse_datetime_bound(q.get("fromDate"), "fromDate")) is not None:
-            decisions = decisions.filter(decided_at__gte=start)
-        if (end := parse_datetime_bound(q.get("toDate"), "toDate")) is not None:
-            decisions = decisions.filter(decided_at__lte=end)
+        decisions = decision_history(
+            hidden=access.hidden_agent_ids(request.user),
+            agent_id=q.get("agentId"),
+            thread_id=q.get("threadId"),
+            run_id=q.get("runId"),
+            decided_by=q.get("decidedBy"),
+            from_date=q.get("fromDate"),
+            to_date=q.get("toDate"),
+        )
         return Response(cursor_page(decisions, q, time_field="decided_at"))
 
 

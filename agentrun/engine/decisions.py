@@ -169,17 +169,14 @@ def _indexed(exc: AgentRunError, index: int | None) -> AgentRunError:
     return exc
 
 
-def _surfacing_call(run_id: str, tool_call_id: str | None) -> SuspendedToolCall | None:
-    """The supervisor's open call that surfaces this sub-agent call, if it is one.
+def _surfacing_call(run: Run, tool_call_id: str | None) -> SuspendedToolCall | None:
+    """The supervisor's open call that surfaces this sub-agent run's call, if it is one.
 
     Deciding an inner call is deciding the supervisor's call that shows it (CONTRACT §3.6): one
     decision, and the supervisor's run goes on, whichever door the person used.
     """
-    run = Run.objects.filter(pk=run_id, parent_run__isnull=False).values("parent_run_id").first()
-    if run is None:
-        return None
     calls = SuspendedToolCall.objects.filter(
-        run_id=run["parent_run_id"], inner_run_id=run_id, status=SuspendedToolCall.Status.OPEN
+        run_id=run.parent_run_id, inner_run_id=run.pk, status=SuspendedToolCall.Status.OPEN
     )
     if tool_call_id is not None:
         calls = calls.filter(inner_tool_call_id=tool_call_id)
@@ -219,28 +216,6 @@ def record_decisions(
     if person is not None and not access.can_decide_agent(person, agent_id):
         raise AgentRunError("PERMISSION_DENIED", f"You may not decide the tool calls of agent {agent_id}.")
 
-    surfacing = _surfacing_call(run_id, ids[0]) if len(requests) == 1 else None
-    if surfacing is not None and Run.objects.filter(pk=run_id, agent_id=agent_id).exists():
-        if person is not None and not access.can_decide_agent(person, surfacing.run.agent_id):
-            raise AgentRunError(
-                "PERMISSION_DENIED", f"You may not decide the tool calls of agent {surfacing.run.agent_id}."
-            )
-        outer = _record(
-            agent_id=surfacing.run.agent_id,
-            run_id=surfacing.run_id,
-            requests=[_redirected(requests[0], surfacing)],
-            decided_by=decided_by,
-            person=person,
-            via=via,
-            batch=batch,
-            details=details,
-        )
-        inner_next_seq = Run.objects.filter(pk=run_id).values_list("next_seq", flat=True).get()
-        outer.run_id = run_id
-        outer.tool_call_ids = [surfacing.inner_tool_call_id]
-        outer.run_status = Run.Status.IN_PROGRESS  # the supervisor's continuation resumes it
-        outer.after_seq = inner_next_seq - 1
-        return outer
     return _record(
         agent_id=agent_id,
         run_id=run_id,
@@ -250,7 +225,41 @@ def record_decisions(
         via=via,
         batch=batch,
         details=details,
+        may_be_surfaced=len(requests) == 1,
     )
+
+
+def _record_on_surfacing_call(
+    inner: Run,
+    surfacing: SuspendedToolCall,
+    request: DecisionRequest,
+    *,
+    decided_by: Any,
+    person: Any,
+    via: str,
+    batch: bool,
+    details: dict | None,
+) -> DecisionOutcome:
+    """A sub-agent's call (of ``inner``, locked) decided as the supervisor's call that surfaces it."""
+    if person is not None and not access.can_decide_agent(person, surfacing.run.agent_id):
+        raise AgentRunError(
+            "PERMISSION_DENIED", f"You may not decide the tool calls of agent {surfacing.run.agent_id}."
+        )
+    outer = _record(
+        agent_id=surfacing.run.agent_id,
+        run_id=surfacing.run_id,
+        requests=[_redirected(request, surfacing)],
+        decided_by=decided_by,
+        person=person,
+        via=via,
+        batch=batch,
+        details=details,
+    )
+    outer.run_id = inner.pk
+    outer.tool_call_ids = [surfacing.inner_tool_call_id]
+    outer.run_status = Run.Status.IN_PROGRESS  # the supervisor's continuation resumes it
+    outer.after_seq = inner.next_seq - 1
+    return outer
 
 
 def _redirected(request: DecisionRequest, surfacing: SuspendedToolCall) -> DecisionRequest:
@@ -274,12 +283,29 @@ def _record(
     via: str,
     batch: bool,
     details: dict | None,
+    may_be_surfaced: bool = False,
 ) -> DecisionOutcome:
+    """``may_be_surfaced``: one request, which may name a sub-agent's call surfaced on its supervisor's
+    run (the locked run tells: a sub-agent's run has a parent). The inner run is locked before the
+    outer one, the order a timeout's cancellation locks them in too."""
     try:
         with transaction.atomic():
             run = Run.objects.select_for_update().filter(pk=run_id, agent_id=agent_id).first()
             if run is None:
                 raise AgentRunError("RUN_NOT_FOUND", f"No run {run_id} for agent {agent_id}.")
+            if may_be_surfaced and run.parent_run_id is not None:
+                surfacing = _surfacing_call(run, requests[0].tool_call_id)
+                if surfacing is not None:
+                    return _record_on_surfacing_call(
+                        run,
+                        surfacing,
+                        requests[0],
+                        decided_by=decided_by,
+                        person=person,
+                        via=via,
+                        batch=batch,
+                        details=details,
+                    )
             open_calls = list(
                 SuspendedToolCall.objects.filter(run=run, status=SuspendedToolCall.Status.OPEN).order_by(
                     "position", "id"

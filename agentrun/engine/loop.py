@@ -25,7 +25,7 @@ from agentrun.engine.tools import InnerRunSuspended, Tool, ToolContext, ToolSusp
 from agentrun.errors import AgentRunError
 from agentrun.fanout import RunPublisher
 from agentrun.ids import new_id
-from agentrun.models import Decision, Run
+from agentrun.models import Decision, Run, RunStep, SuspendedToolCall
 
 if TYPE_CHECKING:
     from agentrun.engine.agents import Agent
@@ -124,59 +124,81 @@ class Segment:
     async def _drive(self, run: Run) -> str:
         if run.is_final:
             return _finish_reason_for(run.status)
-        if run.status == Run.Status.QUEUED:
+        # A run that has just started has no calls or steps yet, and its status was just read.
+        starting = run.status == Run.Status.QUEUED
+        if starting:
             await db(store.mark_started)(run)
-        await self._apply_decisions(run)
-        if run.is_final:
-            return _finish_reason_for(run.status)
-        if await db(store.open_calls_exist)(run.id):
-            return "suspended"
-        step = await db(store.pending_tool_step)(run.id)
-        if step is not None:
-            if not await db(store.step_outputs_complete)(step.id):
+            if run.is_final:
+                return _finish_reason_for(run.status)
+        else:
+            open_calls, steps_done = await self._apply_decisions(run)
+            if run.is_final:
+                return _finish_reason_for(run.status)
+            if open_calls:
                 return "suspended"
-            await db(store.complete_tool_step)(step.id)
+            # The step of the calls just carried out completed with its last output; otherwise (a run
+            # taken over, say) look for a step left in progress.
+            step = None if steps_done else await db(store.pending_tool_step)(run.id)
+            if step is not None:
+                if not store.step_outputs_complete(step):
+                    return "suspended"
+                await db(store.complete_tool_step)(step.id)
         if self.directive:
             await db(store.add_message)(run, role="system", content=self.directive)
-        return await self._model_loop(run)
+        return await self._model_loop(run, status_known=starting)
 
     # --- decided calls --------------------------------------------------------------------------
-    async def _apply_decisions(self, run: Run) -> None:
-        while call := await db(store.next_decided_call)(run.id):
-            await db(store.mark_executing)(call)
-            decision: Decision = call.decision
-            payload_call = {"id": call.tool_call_id, "name": call.tool_name}
-            args = decision.edited_args if decision.edited_args is not None else call.args
-            if decision.kind == Decision.Kind.DECLINE and not call.inner_run_id:
-                reason = decision.reason or DEFAULT_DECLINE_REASON
-                outcome = Outcome("denied", output=reason)
-            elif call.inner_run_id:
-                outcome = await self._decide_inner(call, decision)
-            else:
-                tool = self.agent.tools[call.tool_name]
-                ctx = self._context(run, call.tool_call_id)
-                if decision.kind == Decision.Kind.RESUME:
-                    ctx.resume_data = decision.resume_data
-                outcome = await self._execute(tool, args, ctx)
-            if outcome.status == "suspended":
-                opened = dict(
-                    {"risk": call.risk},
-                    **(outcome.open_call or {}),
-                    tool_call_id=call.tool_call_id,
-                    tool_name=call.tool_name,
-                    args=call.args,
-                    position=call.position,
-                )
-                await db(store.record_suspension)(
-                    run,
-                    call.step_id,
-                    self.log,
-                    opens=[opened],
-                    ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl),
-                )
-                self._emit_open(opened)
-            else:
-                await self._record(run, call.step_id, payload_call, args, outcome, decision=decision)
+    async def _apply_decisions(self, run: Run) -> tuple[bool, bool]:
+        """Carry out the decided calls, and those decided meanwhile. Returns (calls are still open,
+        calls were carried out and every step they belong to is complete)."""
+        steps: dict[str, RunStep] = {}  # one copy per step: each call of a step writes its own output
+        while True:
+            calls = await db(store.waiting_calls)(run.id)
+            decided = [c for c in calls if c.status != SuspendedToolCall.Status.OPEN]
+            if not decided:
+                done = bool(steps) and all(s.status == RunStep.Status.COMPLETED for s in steps.values())
+                return bool(calls), done
+            for call in decided:
+                # Loaded with the batch: a call that no longer waits (its run was cancelled while an
+                # earlier one ran) is not carried out, and what is left is read again.
+                if not await db(store.mark_executing)(call):
+                    break
+                await self._apply_decision(run, call, steps.setdefault(call.step_id, call.step))
+
+    async def _apply_decision(self, run: Run, call: SuspendedToolCall, step: RunStep) -> None:
+        decision: Decision = call.decision
+        payload_call = {"id": call.tool_call_id, "name": call.tool_name}
+        args = decision.edited_args if decision.edited_args is not None else call.args
+        if decision.kind == Decision.Kind.DECLINE and not call.inner_run_id:
+            reason = decision.reason or DEFAULT_DECLINE_REASON
+            outcome = Outcome("denied", output=reason)
+        elif call.inner_run_id:
+            outcome = await self._decide_inner(call, decision)
+        else:
+            tool = self.agent.tools[call.tool_name]
+            ctx = self._context(run, call.tool_call_id)
+            if decision.kind == Decision.Kind.RESUME:
+                ctx.resume_data = decision.resume_data
+            outcome = await self._execute(tool, args, ctx)
+        if outcome.status == "suspended":
+            opened = dict(
+                {"risk": call.risk},
+                **(outcome.open_call or {}),
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                args=call.args,
+                position=call.position,
+            )
+            await db(store.record_suspension)(
+                run,
+                call.step_id,
+                self.log,
+                opens=[opened],
+                ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl),
+            )
+            self._emit_open(opened)
+        else:
+            await self._record(run, step, payload_call, args, outcome, decision=decision)
 
     async def _decide_inner(self, call, decision: Decision) -> Outcome:
         """A surfaced sub-agent call was decided: its inner call carries out the same decision."""
@@ -188,11 +210,13 @@ class Segment:
         return await inner_outcome(inner_agent, call.inner_run_id)
 
     # --- the model loop -------------------------------------------------------------------------
-    async def _model_loop(self, run: Run) -> str:
+    async def _model_loop(self, run: Run, *, status_known: bool = False) -> str:
+        """``status_known``: the run's status was read just now (no need to ask whether it was cancelled)."""
         max_steps = run.options.get("max_steps") or self.agent.max_steps
         while True:
-            if await db(store.is_cancelled)(run.id):
+            if not status_known and await db(store.is_cancelled)(run.id):
                 return "cancelled"
+            status_known = False
             if run.step_count >= max_steps:
                 await db(store.complete_run)(run, self.log)
                 return "length"
@@ -239,26 +263,33 @@ class Segment:
             # Mastra: a run that calls tools and then answers reports that answer as its text.
             self.result.first_text += text
             self.result.tool_calls.extend(call_dicts)
+            if not call_dicts:
+                self.emit("step-finish", {"finishReason": "stop", "usage": usage})
+                await db(store.record_answer)(
+                    run, self.log, message_id=message_id, text=text, usage=usage, started_at=started_at
+                )
+                return "stop"
             tool_step = await db(store.record_model_step)(
                 run, self.log, message_id=message_id, text=text, calls=call_dicts, usage=usage, started_at=started_at
             )
-            if tool_step is None:
-                self.emit("step-finish", {"finishReason": "stop", "usage": usage})
-                await db(store.complete_run)(run, self.log)
-                return "stop"
-            opens = await self._run_tool_calls(run, tool_step.id, calls)
+            opens = await self._run_tool_calls(run, tool_step, calls)
             if opens:
                 await db(store.record_suspension)(
-                    run, tool_step.id, self.log, opens=opens, ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl)
+                    run,
+                    tool_step.id,
+                    self.log,
+                    opens=opens,
+                    ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl),
+                    new_calls=True,
                 )
                 for opened in opens:
                     self._emit_open(opened)
                 self.emit("step-finish", {"finishReason": "suspended", "usage": usage})
                 return "suspended"
-            await db(store.complete_tool_step)(tool_step.id)
+            # Every call has its result: the step completed with the last one (record_tool_result).
             self.emit("step-finish", {"finishReason": "tool-calls", "usage": usage})
 
-    async def _run_tool_calls(self, run: Run, step_id: str, calls: list[ModelToolCall]) -> list[dict]:
+    async def _run_tool_calls(self, run: Run, step: RunStep, calls: list[ModelToolCall]) -> list[dict]:
         """Run what can run now; return the calls that wait for people (recorded together by the caller)."""
         opens: list[dict] = []
         force_approval = bool(run.options.get("require_tool_approval"))
@@ -268,13 +299,13 @@ class Segment:
             tool = self.agent.tools.get(call.name)
             if tool is None:
                 outcome = Outcome("error", output=f"Unknown tool {call.name!r}")
-                await self._record(run, step_id, payload_call, call.args, outcome)
+                await self._record(run, step, payload_call, call.args, outcome)
                 continue
             try:
                 args = tool.validate_args(call.args)
             except AgentRunError as exc:
                 outcome = Outcome("error", output=f"{exc.message}: {exc.details}" if exc.details else exc.message)
-                await self._record(run, step_id, payload_call, call.args, outcome)
+                await self._record(run, step, payload_call, call.args, outcome)
                 continue
             ctx = self._context(run, call.id)
             granted = False
@@ -309,7 +340,7 @@ class Segment:
                     )
                 )
             else:
-                await self._record(run, step_id, payload_call, args, outcome)
+                await self._record(run, step, payload_call, args, outcome)
         return opens
 
     # --- tools ----------------------------------------------------------------------------------
@@ -355,10 +386,10 @@ class Segment:
         return Outcome("ok", output=store.output_text(result), result=result)
 
     async def _record(
-        self, run: Run, step_id: str, call: dict, args: Any, outcome: Outcome, decision: Decision | None = None
+        self, run: Run, step: RunStep, call: dict, args: Any, outcome: Outcome, decision: Decision | None = None
     ) -> None:
         await db(store.record_tool_result)(
-            run, step_id, self.log, call=call, output=outcome.output, status=outcome.status
+            run, step, self.log, call=call, output=outcome.output, status=outcome.status, decided=decision is not None
         )
         base = {"toolCallId": call["id"], "toolName": call["name"], "args": args}
         if outcome.status == "ok":

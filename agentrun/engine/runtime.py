@@ -81,15 +81,15 @@ def keep(task: asyncio.Task) -> asyncio.Task:
     return task
 
 
-def submit(coro: Coroutine[Any, Any, Any]) -> None:
-    """Run ``coro`` in the background, on the best loop for it (see the module docstring)."""
+def submit(coro: Coroutine[Any, Any, Any]) -> asyncio.AbstractEventLoop:
+    """Run ``coro`` in the background, on the best loop for it (see the module docstring); that loop."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
     if loop is not None:
         keep(loop.create_task(coro))
-        return
+        return loop
     caller = _caller_loop.get()
     if _usable(caller):
         target = caller
@@ -104,3 +104,4 @@ def submit(coro: Coroutine[Any, Any, Any]) -> None:
         keep(target.create_task(coro, context=contextvars.Context()))
 
     target.call_soon_threadsafe(launch, context=contextvars.Context())
+    return target

@@ -69,13 +69,23 @@ class ChunkLog:
     def full(self) -> bool:
         return len(self.buffer) >= self.BATCH
 
-    def flush_sync(self) -> None:
-        if not self.buffer:
+    def flush_sync(self, **run_fields: Any) -> None:
+        """Write the buffered chunks and the run's ``next_seq``; ``run_fields`` go in the same UPDATE, so
+        a state change that commits the chunks emitted before it costs no extra round trip."""
+        if not self.buffer and not run_fields:
             return
+        batch, next_seq = self.take_buffer()
+        # No savepoint inside a caller's transaction: nothing catches a failure here, which fails the
+        # caller's transaction anyway.
+        with transaction.atomic(savepoint=False):
+            if batch:
+                RunChunk.objects.bulk_create(batch)
+            Run.objects.filter(pk=self.run_id).update(next_seq=next_seq, **run_fields)
+
+    def take_buffer(self) -> tuple[list[RunChunk], int]:
+        """The chunks to write, and the run's next_seq once they are written (the caller writes both)."""
         batch, self.buffer = self.buffer, []
-        with transaction.atomic():
-            RunChunk.objects.bulk_create(batch)
-            Run.objects.filter(pk=self.run_id).update(next_seq=self.next_seq)
+        return batch, self.next_seq
 
 
 # --- lease ----------------------------------------------------------------------------------------
@@ -192,8 +202,10 @@ def load_run_to_drive(run_id: str) -> Run:
 # --- run life cycle -------------------------------------------------------------------------------
 def mark_started(run: Run) -> None:
     now = timezone.now()
-    Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(status=Run.Status.IN_PROGRESS, started_at=now)
-    run.refresh_from_db(fields=["status", "started_at"])
+    if Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(status=Run.Status.IN_PROGRESS, started_at=now):
+        run.status, run.started_at = Run.Status.IN_PROGRESS, now
+    else:  # cancelled (or started) since it was loaded
+        run.refresh_from_db(fields=["status", "started_at"])
 
 
 def load_history(run: Run, instructions: str) -> list[dict]:
@@ -245,8 +257,8 @@ def record_model_step(
     Returns the tool_calls step (in progress) when the model asked for tools.
     """
     now = timezone.now()
-    with transaction.atomic():
-        log.flush_sync()
+    steps = []
+    with transaction.atomic(savepoint=False):  # no savepoint in record_answer's transaction: nothing catches
         Message.objects.create(
             id=message_id,
             thread_id=run.thread_id,
@@ -256,20 +268,22 @@ def record_model_step(
             tool_calls=calls or None,
         )
         if text or not calls:
-            RunStep.objects.create(
-                run=run,
-                agent_id=run.agent_id,
-                thread_id=run.thread_id,
-                type=RunStep.Type.MESSAGE_CREATION,
-                status=RunStep.Status.COMPLETED,
-                step_details={"type": "message_creation", "messageCreation": {"messageId": message_id}},
-                created_at=started_at,
-                completed_at=now,
-                usage=None if calls else usage,
+            steps.append(
+                RunStep(
+                    run=run,
+                    agent_id=run.agent_id,
+                    thread_id=run.thread_id,
+                    type=RunStep.Type.MESSAGE_CREATION,
+                    status=RunStep.Status.COMPLETED,
+                    step_details={"type": "message_creation", "messageCreation": {"messageId": message_id}},
+                    created_at=started_at,
+                    completed_at=now,
+                    usage=None if calls else usage,
+                )
             )
         tool_step = None
         if calls:
-            tool_step = RunStep.objects.create(
+            tool_step = RunStep(
                 run=run,
                 agent_id=run.agent_id,
                 thread_id=run.thread_id,
@@ -293,9 +307,10 @@ def record_model_step(
                 created_at=started_at,
                 usage=usage,  # hidden while the step is in progress (CONTRACT §3.11)
             )
-        Run.objects.filter(pk=run.pk).update(step_count=F("step_count") + 1)
+            steps.append(tool_step)
+        RunStep.objects.bulk_create(steps)
         run.usage = add_usage(run.usage, usage)
-        Run.objects.filter(pk=run.pk).update(usage=run.usage)
+        log.flush_sync(step_count=F("step_count") + 1, usage=run.usage)
     run.step_count += 1
     return tool_step
 
@@ -340,19 +355,31 @@ def fail_run_sync(run: Run, error: dict) -> None:
 def complete_run(run: Run, log: ChunkLog) -> None:
     """The turn answered. The run completes, unless an until_idle stream still waits for its background
     tasks: then it stays ``in_progress`` until the stream's last continuation turn."""
-    with transaction.atomic():
-        log.flush_sync()
+    with transaction.atomic(savepoint=False):
         if run.options.get("until_idle") and background_work_left(run.pk):
+            log.flush_sync()
             return
+        chunks, next_seq = log.take_buffer()
+        RunChunk.objects.bulk_create(chunks)
+        # The run's next_seq goes with its completion; only a run that ended meanwhile needs its own UPDATE.
         completed = (
             Run.objects.filter(pk=run.pk)
             .exclude(status__in=Run.FINAL_STATUSES)
-            .update(status=Run.Status.COMPLETED, completed_at=timezone.now())
+            .update(status=Run.Status.COMPLETED, completed_at=timezone.now(), next_seq=next_seq)
         )
+        if not completed:
+            Run.objects.filter(pk=run.pk).update(next_seq=next_seq)
         Snapshot.objects.filter(run=run).delete()
         if completed:
             _record_final_event(events.RUN_COMPLETED, run.pk, run.agent_id)
     run.status = Run.Status.COMPLETED
+
+
+def record_answer(run: Run, log: ChunkLog, *, message_id: str, text: str, usage: dict, started_at: Any) -> None:
+    """The model answered without tools: its step and the run's completion commit together."""
+    with transaction.atomic():
+        record_model_step(run, log, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at)
+        complete_run(run, log)
 
 
 def finish_idle_run(run_id: str, agent_id: str) -> None:
@@ -370,15 +397,25 @@ def _record_final_event(type_: str, run_id: str, agent_id: str) -> None:
     events.record(type_, agent_id=agent_id, run_id=run_id, data=lambda: Run.objects.get(pk=run_id).to_dict())
 
 
-def record_tool_result(run: Run, step_id: str, log: ChunkLog, *, call: dict, output: str, status: str) -> None:
-    """Write one call's result: the step's ``output``, the tool message the model reads, and retire the call."""
+def record_tool_result(
+    run: Run, step: RunStep, log: ChunkLog, *, call: dict, output: str, status: str, decided: bool = False
+) -> bool:
+    """Write one call's result: the step's ``output`` (the step completes with its last output), the
+    tool message the model reads, and (``decided``: it waited for people) retire the call's record.
+
+    ``step`` is the segment's copy: only the lease holder writes a run's steps, so it is current.
+    Returns whether the step is complete.
+    """
+    for entry in step.step_details["toolCalls"]:
+        if entry["id"] == call["id"]:
+            entry["function"]["output"] = output
+    fields = ["step_details"]
+    if step.status == RunStep.Status.IN_PROGRESS and step_outputs_complete(step):
+        step.status, step.completed_at = RunStep.Status.COMPLETED, timezone.now()
+        fields += ["status", "completed_at"]
     with transaction.atomic():
         log.flush_sync()
-        step = RunStep.objects.select_for_update().get(pk=step_id)
-        for entry in step.step_details["toolCalls"]:
-            if entry["id"] == call["id"]:
-                entry["function"]["output"] = output
-        step.save(update_fields=["step_details"])
+        step.save(update_fields=fields)
         Message.objects.create(
             thread_id=run.thread_id,
             run=run,
@@ -388,11 +425,12 @@ def record_tool_result(run: Run, step_id: str, log: ChunkLog, *, call: dict, out
             tool_name=call["name"],
             tool_status=status,
         )
-        SuspendedToolCall.objects.filter(run=run, tool_call_id=call["id"]).delete()
+        if decided:
+            SuspendedToolCall.objects.filter(run=run, tool_call_id=call["id"]).delete()
+    return step.status == RunStep.Status.COMPLETED
 
 
-def step_outputs_complete(step_id: str) -> bool:
-    step = RunStep.objects.get(pk=step_id)
+def step_outputs_complete(step: RunStep) -> bool:
     return all(e["function"]["output"] is not None for e in step.step_details["toolCalls"])
 
 
@@ -407,14 +445,26 @@ def suspended_run_ttl(agent_ttl: float | None) -> timedelta | None:
     return timedelta(seconds=ttl) if ttl else None
 
 
-def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict], ttl: timedelta | None) -> None:
-    """The run waits for people: open calls recorded together, snapshot written, status ``suspended``."""
+def record_suspension(
+    run: Run, step_id: str, log: ChunkLog, *, opens: list[dict], ttl: timedelta | None, new_calls: bool = False
+) -> None:
+    """The run waits for people: open calls recorded together, snapshot written, status ``suspended``.
+
+    ``new_calls``: the calls come from the model's latest step, so none has a record yet.
+    """
     now = timezone.now()
     expires_at = now + ttl if ttl else None
     with transaction.atomic():
-        log.flush_sync()
+        existing = (
+            {}
+            if new_calls
+            else {
+                c.tool_call_id: c
+                for c in SuspendedToolCall.objects.filter(run=run, tool_call_id__in=[o["tool_call_id"] for o in opens])
+            }
+        )
+        created = []
         for position, call in enumerate(opens):
-            existing = SuspendedToolCall.objects.filter(run=run, tool_call_id=call["tool_call_id"]).first()
             fields = {
                 "step_id": step_id,
                 "tool_name": call["tool_name"],
@@ -434,31 +484,37 @@ def record_suspension(run: Run, step_id: str, log: ChunkLog, *, opens: list[dict
                 "warn_at": call.get("warn_at"),
                 "on_timeout": call.get("on_timeout"),
             }
-            if existing is None:
+            row = existing.get(call["tool_call_id"])
+            if row is None:
                 # A call a standing grant approved that then suspends: its first suspension is 1
                 # (suspension 0 is the grant's decision).
                 suspension = call.get("suspension", 0)
-                SuspendedToolCall.objects.create(
-                    run=run, tool_call_id=call["tool_call_id"], suspension=suspension, **fields
+                created.append(
+                    SuspendedToolCall(run=run, tool_call_id=call["tool_call_id"], suspension=suspension, **fields)
                 )
             else:  # a resumed tool suspended again: a new suspension of the same call
                 for key, value in fields.items():
-                    setattr(existing, key, value)
-                existing.suspension += 1
-                existing.save()
-        Snapshot.objects.update_or_create(
-            run=run,
-            defaults={
-                "agent_id": run.agent_id,
-                "thread_id": run.thread_id,
-                "resource_id": run.resource_id,
-                "created_at": run.created_at,
-                "suspended_at": now,
-                "expires_at": expires_at,
-                "step_id": step_id,
-            },
+                    setattr(row, key, value)
+                row.suspension += 1
+                row.save()
+        SuspendedToolCall.objects.bulk_create(created)
+        # Written, or rewritten when the run already waits on other calls (one statement either way).
+        snapshot_fields = {
+            "agent_id": run.agent_id,
+            "thread_id": run.thread_id,
+            "resource_id": run.resource_id,
+            "created_at": run.created_at,
+            "suspended_at": now,
+            "expires_at": expires_at,
+            "step_id": step_id,
+        }
+        Snapshot.objects.bulk_create(
+            [Snapshot(run=run, **snapshot_fields)],
+            update_conflicts=True,
+            unique_fields=["run"],
+            update_fields=["agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at", "step"],
         )
-        Run.objects.filter(pk=run.pk).update(status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at)
+        log.flush_sync(status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at)
         events.record(
             events.RUN_SUSPENDED, agent_id=run.agent_id, run_id=run.id, data=lambda: suspended_run(run, now).to_dict()
         )
@@ -492,26 +548,27 @@ def first_open_call(run_id: str) -> SuspendedToolCall | None:
     return SuspendedToolCall.objects.filter(run_id=run_id, status=SuspendedToolCall.Status.OPEN).first()
 
 
-def open_calls_exist(run_id: str) -> bool:
-    return SuspendedToolCall.objects.filter(run_id=run_id, status=SuspendedToolCall.Status.OPEN).exists()
-
-
-def next_decided_call(run_id: str) -> SuspendedToolCall | None:
-    return (
-        SuspendedToolCall.objects.filter(
-            run_id=run_id,
-            status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING],
-        )
+def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
+    """Every call of the run that has a record: the open ones, and the decided ones to carry out, in the
+    order they were decided (their decisions and steps loaded along)."""
+    return list(
+        SuspendedToolCall.objects.filter(run_id=run_id)
         .select_related("decision__decided_by", "step")
-        .order_by("decision__decided_at", "position")
-        .first()
+        .order_by(F("decision__decided_at").asc(nulls_last=True), "position", "id")
     )
 
 
-def mark_executing(call: SuspendedToolCall) -> None:
+def mark_executing(call: SuspendedToolCall) -> bool:
+    """False if the call no longer waits to be carried out (its run was cancelled or expired meanwhile)."""
     # A retried continuation finds the call still ``executing`` and runs it again with the same
     # tool_call_id: the idempotency key that lets the tool apply its side effect once.
-    SuspendedToolCall.objects.filter(pk=call.pk).update(status=SuspendedToolCall.Status.EXECUTING)
+    carried_out = [SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
+    return (
+        SuspendedToolCall.objects.filter(pk=call.pk, status__in=carried_out).update(
+            status=SuspendedToolCall.Status.EXECUTING
+        )
+        == 1
+    )
 
 
 def pending_tool_step(run_id: str) -> RunStep | None:
@@ -546,13 +603,13 @@ def create_run(
     parent_tool_call_id: str | None = None,
 ) -> Run:
     """A queued run on its thread (a thread of its own when no memory is given), with its input."""
+    thread_id = thread_id or new_id("thread")
     with transaction.atomic():
-        thread, _ = Thread.objects.get_or_create(
-            id=thread_id or new_id("thread"), defaults={"resource_id": resource_id}
-        )
+        # Created unless it exists (one statement, either way).
+        Thread.objects.bulk_create([Thread(id=thread_id, resource_id=resource_id)], ignore_conflicts=True)
         run = Run.objects.create(
             agent_id=agent_id,
-            thread=thread,
+            thread_id=thread_id,
             resource_id=resource_id,
             parent_run_id=parent_run_id,
             parent_tool_call_id=parent_tool_call_id,
@@ -560,7 +617,7 @@ def create_run(
             options=options,
         )
         Message.objects.bulk_create(
-            [Message(thread=thread, run=run, role=m["role"], content=m["content"]) for m in messages]
+            [Message(thread_id=thread_id, run=run, role=m["role"], content=m["content"]) for m in messages]
         )
     return run
 

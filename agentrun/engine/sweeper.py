@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -34,7 +35,7 @@ async def sweep_once() -> dict:
         await continue_run.aenqueue(agent_id, run_id)
     recovered = await sync_to_async(background.recover_abandoned)()
     dispatched = await background.dispatch_pending()
-    await sync_to_async(events.sweep)()  # webhooks and email: hands work to their own threads
+    await sync_to_async(events.sweep)()  # webhooks and email: enqueue again what lost its task
     await sync_to_async(health.record_heartbeat)()  # /healthz: this process sweeps
     return {
         "expired": expired,
@@ -45,11 +46,15 @@ async def sweep_once() -> dict:
     }
 
 
-async def run_forever(interval: float | None = None) -> None:
+async def run_forever(interval: float | None = None, stop: threading.Event | None = None) -> None:
+    """Sweep every ``interval`` seconds, until ``stop`` is set (a worker shutting down)."""
     interval = interval or settings.AGENTRUN_SWEEP_SECONDS
-    while True:
+    stop = stop or threading.Event()
+    while not stop.is_set():
         try:
             await sweep_once()
         except Exception:  # the sweep must outlive a bad round (a database restart, say)
+            if stop.is_set():
+                return  # the process is exiting under this round: not a failure
             logger.exception("sweep failed")
         await asyncio.sleep(interval)

@@ -8,6 +8,9 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
+from approvals.selectors import tool_risk
+from approvals.urls import thread_path
+
 register = template.Library()
 
 
@@ -42,6 +45,12 @@ def dom_id(value: str) -> str:
 
 
 @register.filter
+def thread_url(thread_id: str) -> str:
+    """``{{ run.thread_id|thread_url }}``: the thread page of any id (``approvals.urls.thread_path``)."""
+    return thread_path(thread_id)
+
+
+@register.filter
 def usage_total(usage: dict | None) -> str:
     if not usage:
         return ""
@@ -54,3 +63,52 @@ DECISION_VERBS = {"approve": "Approved", "decline": "Declined", "resume": "Resum
 @register.filter
 def decision_verb(kind: str) -> str:
     return DECISION_VERBS.get(kind, kind)
+
+
+SUMMARY_LENGTH = 100
+
+
+def _compact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@register.filter
+def args_summary(args: Any) -> str:
+    """Arguments on one line: ``to=ann@example.com · subject=Your order``, cut at about 100 characters."""
+    pairs = args.items() if isinstance(args, dict) else [(None, args)]
+    text = " · ".join(_compact(v) if k is None else f"{k}={_compact(v)}" for k, v in pairs)
+    text = " ".join(text.split())  # line breaks in a value would break the line
+    return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
+
+
+@register.filter
+def decision_risk(decision: Any) -> str:
+    return tool_risk(decision.agent_id, decision.tool_name)
+
+
+@register.filter
+def arg_changes(original: Any, edited: Any) -> list[dict]:
+    """What an edit changed, key by key: ``[{key, before, after, change: same|changed|added|removed}]``.
+
+    Arguments that are not objects compare whole (one entry, key ``None``)."""
+    if not isinstance(original, dict) or not isinstance(edited, dict):
+        same = original == edited
+        return [
+            {
+                "key": None,
+                "before": _compact(original),
+                "after": _compact(edited),
+                "change": "same" if same else "changed",
+            }
+        ]
+    changes = []
+    for key in [*original, *(k for k in edited if k not in original)]:
+        if key not in edited:
+            changes.append({"key": key, "before": _compact(original[key]), "after": None, "change": "removed"})
+        elif key not in original:
+            changes.append({"key": key, "before": None, "after": _compact(edited[key]), "change": "added"})
+        else:
+            same = original[key] == edited[key]
+            before, after = _compact(original[key]), _compact(edited[key])
+            changes.append({"key": key, "before": before, "after": after, "change": "same" if same else "changed"})
+    return changes

@@ -43,3 +43,16 @@ async def test_a_suspension_reaches_the_feed_as_an_oob_fragment():
     assert 'data-event="suspended"' in frame and f'data-run-id="{run_id}"' in frame
     assert 'data-thread-id="t-feed"' in frame and "<b>" not in frame
     await comm.disconnect()
+
+
+async def test_a_thread_id_of_any_characters_reaches_the_feed_intact():
+    token = await viewer_token()
+    comm = WebsocketCommunicator(application, f"/ws/approvals/?token={token}", headers=ORIGIN)
+    connected, _ = await comm.connect()
+    assert connected
+    odd = 'a/../b c%?#"<i>ü\n' + "x" * 200
+    run_id = await suspended_email_run(thread=odd)
+    frame = await comm.receive_from(timeout=5)
+    assert f'data-run-id="{run_id}"' in frame
+    assert 'data-thread-id="a/../b c%?#&quot;&lt;i&gt;ü\n' + "x" * 200 + '"' in frame
+    await comm.disconnect()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote
 
 import pytest
-from django.urls import reverse
+from django.urls import resolve, reverse
 
-from agentrun.models import Decision, Message, SuspendedToolCall
+from agentrun.models import Decision, Message, SuspendedToolCall, args_fingerprint
 from tests.approvals.conftest import start_run, suspend, wait_until_final
 from tests.factories import EMAIL
 
@@ -213,11 +214,13 @@ def test_live_refresh_appends_new_calls_and_reports_decided_ones(reviewer, other
     other.post(decide_url(call), {"action": "decline"}, headers={"HX-Request": "true"})
     new_run = suspend("delete-record", {"table": "t", "id": 1}, thread="t-live")
     response = client.get(
-        reverse("approvals:thread", args=["t-live"]), {"known": call.tool_call_id}, headers={"HX-Request": "true"}
+        reverse("approvals:thread", args=["t-live"]),
+        {"known": json.dumps([call.tool_call_id])},
+        headers={"HX-Request": "true"},
     )
     html = response.content.decode()
     assert f'data-tool-call-id="{open_call(new_run).tool_call_id}"' in html
-    assert f'id="call-{call.tool_call_id}"' in html and 'hx-swap-oob="true"' in html and "olga" in html
+    assert f'data-decided-call-id="{call.tool_call_id}"' in html and 'hx-swap-oob="true"' in html and "olga" in html
     wait_until_final(run_id)
 
 
@@ -247,28 +250,171 @@ def test_run_page_shows_steps_messages_and_the_final_answer(reviewer):
 SUB_AGENT_REFUND = '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"o-1\\", \\"amount\\": 5}"}'
 
 
-def test_sub_agent_call_shows_and_edits_the_inner_call(reviewer):
+def test_sub_agent_call_is_one_card_naming_the_sub_agent_and_edits_the_inner_call(reviewer):
     client, _ = reviewer
     run_id = start_run(SUB_AGENT_REFUND, thread="t-sub", agent_id="support-supervisor")
     call = open_call(run_id)
+    inner = SuspendedToolCall.objects.get(run__parent_run_id=run_id, status="open")
     html = client.get(reverse("approvals:thread", args=["t-sub"])).content.decode()
-    assert "agent-billing-agent → refund" in html and "Refund an order." in html
+    assert "billing-agent → refund" in html and "Refund an order." in html
+    assert html.count("data-tool-call-id=") == 1  # the supervisor's call only, not the inner one too
+    assert f'data-tool-call-id="{inner.tool_call_id}"' not in html
     assert "&quot;amount&quot;: 5" in html  # the inner call's arguments, to edit
     response = client.post(
         decide_url(call), {"action": "edit", "args": '{"orderId": "o-1", "amount": -1}'}, headers={"HX-Request": "true"}
     )
     assert response.status_code == 422 and "amount" in response.content.decode()
     assert not Decision.objects.filter(run_id=run_id).exists()
-    response = client.post(
-        decide_url(call), {"action": "edit", "args": '{"orderId": "o-1", "amount": 3}'}, headers={"HX-Request": "true"}
-    )
+    edited = {"action": "edit", "args": '{"orderId": "o-1", "amount": 3}'}
+    response = client.post(decide_url(call), edited, headers={"HX-Request": "true"})
+    assert response.status_code == 200 and "Yes, approve billing-agent → refund" in response.content.decode()
+    assert not Decision.objects.exists()  # high risk: the first click only asks
+    response = client.post(decide_url(call), edited | {"confirm": "high-risk"}, headers={"HX-Request": "true"})
     assert response.status_code == 200
-    assert Decision.objects.get(run_id=run_id).edited_args == {"orderId": "o-1", "amount": 3.0}
+    assert Decision.objects.get().edited_args == {"orderId": "o-1", "amount": 3.0}  # one record, the supervisor's
     wait_until_final(run_id)
 
 
 def test_sub_agent_call_approved_by_a_user_completes(reviewer):
     client, _ = reviewer
     run_id = start_run(SUB_AGENT_REFUND, thread="t-sub2", agent_id="support-supervisor")
-    client.post(decide_url(open_call(run_id)), {"action": "approve"}, headers={"HX-Request": "true"})
+    form = {"action": "approve", "confirm": "high-risk"}
+    client.post(decide_url(open_call(run_id)), form, headers={"HX-Request": "true"})
     assert wait_until_final(run_id).status == "completed"
+    assert Decision.objects.count() == 1
+
+
+# --- the card binds a decision to what it showed (issue 10) ------------------------------------------
+def test_a_stale_fingerprint_is_refused_and_the_card_shows_the_current_arguments(reviewer):
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread="t-fp")
+    call = open_call(run_id)
+    shown = args_fingerprint(EMAIL)
+    SuspendedToolCall.objects.filter(pk=call.pk).update(args=dict(EMAIL, to="eve@example.com"))
+    response = client.post(
+        decide_url(call), {"action": "approve", "args_fingerprint": shown}, headers={"HX-Request": "true"}
+    )
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert "The arguments changed since this card was shown" in html and "eve@example.com" in html
+    assert f'value="{args_fingerprint(dict(EMAIL, to="eve@example.com"))}"' in html  # the new one, to decide on
+    assert not Decision.objects.filter(run_id=run_id).exists()
+
+
+def test_approve_while_the_editor_differs_is_refused(reviewer):
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread="t-differs")
+    call = open_call(run_id)
+    form = {"action": "approve", "args": json.dumps(dict(EMAIL, to="bob@example.com"))}
+    response = client.post(decide_url(call), form, headers={"HX-Request": "true"})
+    assert response.status_code == 422 and "You changed the arguments" in response.content.decode()
+    assert not Decision.objects.filter(run_id=run_id).exists()
+    same = {"action": "approve", "args": json.dumps(EMAIL, indent=4), "args_fingerprint": args_fingerprint(EMAIL)}
+    assert client.post(decide_url(call), same, headers={"HX-Request": "true"}).status_code == 200
+    assert Decision.objects.get(run_id=run_id).edited_args is None
+    wait_until_final(run_id)
+
+
+def test_high_risk_approval_takes_a_second_step(reviewer):
+    client, _ = reviewer
+    run_id = suspend("delete-record", {"table": "users", "id": 7}, thread="t-high")
+    call = open_call(run_id)
+    response = client.post(decide_url(call), {"action": "approve"})  # without JavaScript too
+    assert response.status_code == 200 and "Yes, approve delete-record" in response.content.decode()
+    assert not Decision.objects.filter(run_id=run_id).exists()
+    response = client.post(decide_url(call), {"action": "approve", "confirm": "high-risk"})
+    assert response.status_code == 302 and Decision.objects.get(run_id=run_id).kind == "approve"
+    wait_until_final(run_id)
+
+
+@pytest.mark.parametrize("thread", ["a/b", "sp ace", "100%", "x#y", "why?", "ünï/çødé", "t" * 255])
+def test_thread_ids_of_any_shape_reach_their_page_and_decide(reviewer, thread):
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread=thread)
+    call = open_call(run_id)
+    url = reverse("approvals:thread", args=[thread])
+    html = client.get(url).content.decode()
+    assert f'data-tool-call-id="{call.tool_call_id}"' in html
+    assert client.post(decide_url(call), {"action": "decline"}).status_code == 302
+    wait_until_final(run_id)
+
+
+@pytest.mark.parametrize("tool_call_id", ["call/1", "call 2", "call%3", "call#4", "call?5", "cäll/6"])
+def test_decide_urls_carry_any_tool_call_id(tool_call_id):
+    url = reverse("approvals:decide", args=["run_1", tool_call_id])
+    assert "?" not in url and "#" not in url and " " not in url
+    match = resolve(unquote(url))  # the server matches the decoded path
+    assert match.url_name == "decide" and match.kwargs == {"run_id": "run_1", "tool_call_id": tool_call_id}
+
+
+def test_resync_after_offline_gives_every_card_and_who_decided_the_rest(reviewer, other_reviewer):
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread="t-resync")
+    call = open_call(run_id)
+    other, _ = other_reviewer
+    other.post(decide_url(call), {"action": "decline"}, headers={"HX-Request": "true"})
+    new_run = suspend("send-email", EMAIL, thread="t-resync")
+    response = client.get(
+        reverse("approvals:thread", args=["t-resync"]),
+        {"known": json.dumps([call.tool_call_id]), "resync": "1"},
+        headers={"HX-Request": "true"},
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="calls"')  # the whole list replaces the page's
+    assert f'data-decided-call-id="{call.tool_call_id}"' in html and "olga" in html and "hx-swap-oob" not in html
+    assert f'data-tool-call-id="{open_call(new_run).tool_call_id}"' in html
+    wait_until_final(run_id)
+
+
+def test_decide_all_needs_the_listed_calls_and_decides_all_or_nothing(reviewer, viewer):
+    client, _ = reviewer
+    runs = [suspend("send-email", EMAIL, thread="t-all"), suspend("send-email", EMAIL, thread="t-all")]
+    calls = [open_call(r) for r in runs]
+    url = reverse("approvals:decide-all")
+    asked = client.post(url, {"thread_id": "t-all", "ask": "approve"}, headers={"HX-Request": "true"})
+    assert asked.status_code == 200 and "Approve these 2 calls?" in asked.content.decode()
+    items = [f"{c.run_id} {args_fingerprint(EMAIL)} {c.tool_call_id}" for c in calls]
+    stale = [items[0], f"{calls[1].run_id} {'0' * 64} {calls[1].tool_call_id}"]
+    refused = client.post(url, {"thread_id": "t-all", "confirm": "approve", "call": stale})
+    assert refused.status_code == 409 and not Decision.objects.exists()
+    assert viewer[0].post(url, {"thread_id": "t-all", "confirm": "approve", "call": items}).status_code == 403
+    done = client.post(url, {"thread_id": "t-all", "confirm": "approve", "call": items}, headers={"HX-Request": "true"})
+    assert done.status_code == 200 and done["HX-Retarget"] == "#calls"
+    assert Decision.objects.filter(kind="approve", via="dashboard").count() == 2
+    for run_id in runs:
+        wait_until_final(run_id)
+
+
+def test_always_approve_from_a_stale_card_grants_and_decides_nothing(reviewer):
+    from agentrun.models import StandingGrant
+
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread="t-grant-stale")
+    call = open_call(run_id)
+    SuspendedToolCall.objects.filter(pk=call.pk).update(args=dict(EMAIL, to="eve@example.com"))
+    form = {"run_id": run_id, "tool_call_id": call.tool_call_id, "scope": "thread", "expires_in": "3600"}
+    response = client.post(
+        reverse("notifications:grant-create"),
+        form | {"args_fingerprint": args_fingerprint(EMAIL)},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 409 and "Nothing was granted" in response.content.decode()
+    assert not Decision.objects.exists() and not StandingGrant.objects.exists()
+
+
+def test_the_thread_page_reads_a_fixed_number_of_queries(reviewer, django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client, _ = reviewer
+    url = reverse("approvals:thread", args=["t-queries"])
+    suspend("send-email", EMAIL, thread="t-queries")
+    start_run(SUB_AGENT_REFUND, thread="t-queries", agent_id="support-supervisor")
+    with CaptureQueriesContext(connection) as few:
+        client.get(url)
+    for _ in range(4):
+        suspend("send-email", EMAIL, thread="t-queries")
+    start_run(SUB_AGENT_REFUND, thread="t-queries", agent_id="support-supervisor")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        html = client.get(url).content.decode()
+    assert html.count("data-tool-call-id=") == 7

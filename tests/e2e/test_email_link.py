@@ -17,8 +17,9 @@ import pytest
 from playwright.sync_api import expect
 
 from agentrun.models import Decision, Run, ToolEffect
-from notifications.delivery import notifier, pool
+from notifications.delivery import notifier
 from tests.e2e.conftest import E2E_DIR, screenshot
+from tests.factories import wait_for_tasks
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +38,7 @@ def mailbox(settings, tmp_path: Path, live_server_url: str) -> Path:
     settings.AGENTRUN_PUBLIC_URL = live_server_url
     settings.SECRET_KEY = os.environ.get("SECRET_KEY") or (E2E_DIR / "secret_key").read_text().strip()
     yield tmp_path
-    pool.wait_idle()
+    wait_for_tasks()
 
 
 @pytest.fixture

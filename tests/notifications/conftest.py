@@ -18,8 +18,9 @@ from django.contrib.auth.models import Group, User
 from django.core import mail
 
 from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
-from notifications.delivery import notifier, pool
+from notifications.delivery import notifier
 from notifications.models import WebhookEndpoint
+from tests.factories import wait_for_tasks
 
 
 @dataclass
@@ -99,7 +100,7 @@ def _clean_notifier(settings) -> Iterator[None]:
     settings.AGENTRUN_PUBLIC_URL = "http://agentrun.test"
     notifier.invalidate()
     yield
-    pool.wait_idle()
+    wait_for_tasks()
     notifier.invalidate()
 
 
@@ -142,5 +143,5 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = 
 
 
 def sent_emails(count: int = 1, timeout: float = 10.0) -> list:
-    """Email is sent by the notification threads: wait until ``count`` messages are in the outbox."""
+    """Email is sent by notifications tasks: wait until ``count`` messages are in the outbox."""
     return wait_until(lambda: mail.outbox if len(mail.outbox) >= count else None, timeout, f"{count} emails")

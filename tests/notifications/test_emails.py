@@ -14,6 +14,7 @@ from agentrun.models import OutboxEvent
 from notifications import delivery
 from notifications.models import EmailNotice, NotificationPreference
 from tests.api.conftest import ask_run, email_run, refund_run
+from tests.factories import wait_for_tasks
 from tests.notifications.conftest import make_user, sent_emails, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,13 +36,13 @@ def test_the_reviewers_allowed_to_decide_the_agent_are_told(settings, viewer_wit
 
     refund_run(thread="t-billing")
     sent_emails(2)
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert outbox_to() == ["bill@example.com", "root@example.com"]
 
     mail.outbox.clear()
     email_run(thread="t-support")  # support-agent: any reviewer (and superusers), never a viewer
     sent_emails(3)
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert outbox_to() == ["bill@example.com", "rita@example.com", "root@example.com"]
 
 
@@ -62,7 +63,7 @@ def test_a_digest_gathers_what_still_waits_into_one_email(erin):
     wait_until(lambda: EmailNotice.objects.count() == 3 or None, what="three notices")
     decide_tool_call(agent_id="support-agent", run_id=decided, kind="approve")
     delivery.sweep()
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert mail.outbox == []  # not due yet: one digest per period at most
     notices = EmailNotice.objects.all()
     assert all(n.digest for n in notices) and len({n.next_attempt_at for n in notices}) == 1
@@ -73,10 +74,10 @@ def test_a_digest_gathers_what_still_waits_into_one_email(erin):
     assert email.subject == "[agentrun] 2 tool calls wait for your decision"
     assert "t-digest-1" in email.body and "t-digest-2" in email.body and "t-digest-3" not in email.body
     assert email.body.count("/approvals/links/") == 2
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert EmailNotice.objects.filter(sent_at__isnull=True).count() == 0
     delivery.sweep()
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert len(mail.outbox) == 1
 
 
@@ -102,23 +103,21 @@ def test_a_reviewer_chooses_how_they_get_email_in_the_dashboard(erin):
     assert bad.status_code == 400 and NotificationPreference.objects.get(user=erin).email == "digest"
     browser.post("/approvals/settings/", {"email": "off"})
     email_run(thread="t-off")
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert mail.outbox == []
 
 
-def test_a_failing_mail_server_is_retried_by_the_sweep(erin, settings, fast_retries):
-    settings.MAILERS = {"default": {"BACKEND": "tests.notifications.test_emails.FailingOnce"}}
+def test_a_failing_mail_server_is_retried_by_the_queue(erin, settings, fast_retries):
+    settings.MAILERS = {"default": {"BACKEND": "tests.notifications.test_emails.AlwaysFailing"}}
     email_run(thread="t-smtp")
     notice = wait_until(lambda: EmailNotice.objects.filter(attempts=1).first(), what="a failed attempt")
     assert "refused" in notice.last_error and notice.sent_at is None
     settings.MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
-    EmailNotice.objects.update(next_attempt_at=timezone.now())
-    delivery.sweep()
-    [email] = sent_emails(1)
+    [email] = sent_emails(1)  # the failed attempt enqueued the next one, run_after its backoff
     assert email.to == ["erin@example.com"]
 
 
-class FailingOnce:
+class AlwaysFailing:
     def __init__(self, **kwargs: object) -> None:
         pass
 

@@ -17,9 +17,8 @@ from django.utils import timezone
 from agentrun import Agent, ToolContext, tool
 from agentrun.engine import sweeper, timeouts
 from agentrun.models import Decision, OutboxEvent, Run, Snapshot, SuspendedToolCall, ToolEffect
-from notifications import delivery
 from tests.api.conftest import wait_rested
-from tests.factories import bulk_suspended_runs, final_answer, start, tool_line
+from tests.factories import bulk_suspended_runs, final_answer, start, tool_line, wait_for_tasks
 from tests.notifications.conftest import make_user, sent_emails
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -96,7 +95,7 @@ def test_escalation_tells_another_group_and_the_call_waits_on(erin):
     agent = policy_agent("escalate", escalate_to="Treasury")
     run_id, call = waiting_run(agent, "t-escalate")
     sent_emails(2)  # run.suspended: erin and tess are both reviewers
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     mail.outbox.clear()
     past_deadline(run_id)
     assert timeouts.sweep()["timed_out"] == 1
@@ -109,7 +108,7 @@ def test_escalation_tells_another_group_and_the_call_waits_on(erin):
     assert email.to == ["tess@example.com"] and email.subject.startswith("[agentrun] Escalated to you")
     assert "escalated to you (Treasury)" in email.body and "/approvals/links/" in email.body
     assert timeouts.sweep()["timed_out"] == 0
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert len(mail.outbox) == 1
 
 
@@ -118,7 +117,7 @@ def test_a_warning_goes_out_once_before_the_deadline(erin):
     run_id, call = waiting_run(agent, "t-warn")
     assert call.timeout_at - call.warn_at == timedelta(seconds=30)
     sent_emails(1)
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     mail.outbox.clear()
     past_deadline(run_id, "warn_at")
     assert timeouts.sweep() == {"warned": 1, "timed_out": 0}

@@ -22,7 +22,7 @@ from agentrun.models import Decision, OutboxEvent, Run, Snapshot
 from notifications import delivery
 from notifications.models import WebhookDelivery
 from tests.api.conftest import email_run, wait_rested
-from tests.factories import start
+from tests.factories import start, wait_for_tasks
 from tests.notifications.conftest import make_endpoint, make_user, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,12 +140,8 @@ def test_a_failing_receiver_is_retried_with_exponential_backoff(receiver, fast_r
     row = wait_until(lambda: WebhookDelivery.objects.filter(attempts=1).first(), what="the first attempt")
     assert (row.status, row.response_status, row.last_error) == ("pending", 500, "HTTP 500")
     assert row.next_attempt_at > row.last_attempt_at
-    # The sweep (every worker, and the embedded server) hands due retries to the notification threads.
-    deadline = time.monotonic() + 15
-    while not WebhookDelivery.objects.filter(status="delivered").exists():
-        assert time.monotonic() < deadline, "the delivery was not retried to success"
-        delivery.sweep()
-        time.sleep(0.03)
+    # Each failed attempt enqueued the next one (run_after its backoff): no sweep is needed.
+    wait_until(lambda: WebhookDelivery.objects.filter(status="delivered").first(), what="the retried delivery")
     row.refresh_from_db()
     assert (row.attempts, row.response_status, row.next_attempt_at) == (3, 200, None)
     first, second, third = receiver.requests
@@ -162,11 +158,7 @@ def test_a_delivery_gives_up_after_the_last_attempt(receiver, fast_retries, sett
     receiver.answers = [500]
     make_endpoint(receiver.url, events=["run.suspended"])
     email_run(thread="t-give-up")
-    deadline = time.monotonic() + 10
-    while not WebhookDelivery.objects.filter(status="failed").exists():
-        assert time.monotonic() < deadline
-        delivery.sweep()
-        time.sleep(0.03)
+    wait_until(lambda: WebhookDelivery.objects.filter(status="failed").first(), what="the delivery given up")
     row = WebhookDelivery.objects.get()
     assert (row.attempts, row.next_attempt_at, len(receiver.requests)) == (2, None, 2)
 
@@ -203,7 +195,7 @@ def test_events_left_behind_by_a_dead_process_are_delivered_by_the_sweep(receive
     event = OutboxEvent.objects.get()
     assert event.handled_at is None and not WebhookDelivery.objects.exists()
     delivery.sweep()  # a fresh event is left to the process that recorded it, for a moment
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert not receiver.requests
     OutboxEvent.objects.update(created_at=event.created_at - delivery.UNTAKEN_GRACE)
     delivery.sweep()
@@ -211,9 +203,9 @@ def test_events_left_behind_by_a_dead_process_are_delivered_by_the_sweep(receive
     assert request.headers["webhook-id"] == event.id
     event.refresh_from_db()
     assert event.handled_at is not None
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     delivery.sweep()  # taken once: a second sweep sends nothing more
-    delivery.pool.wait_idle()
+    wait_for_tasks()
     assert len(receiver.requests) == 1
 
 

@@ -100,9 +100,11 @@ class Processes:
         wait_for_port(port, proc)
         return proc, port
 
-    def worker(self, name: str, interval: float = 0.1, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def worker(
+        self, name: str, interval: float = 0.1, env: dict[str, str] | None = None, queues: str = "default"
+    ) -> subprocess.Popen:
         args = [str(BIN / "python"), "manage.py", "agentrun_worker", "--interval", str(interval)]
-        return self._spawn(name, args, env)
+        return self._spawn(name, [*args, "--queue-name", queues], env)
 
     def script(self, name: str, path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """A shell script of the repository (``scripts/production.sh``), in a session of its own."""
@@ -167,6 +169,9 @@ def processes(transactional_db, tmp_path):
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )
+    # The browser tests' conftest (imported whenever tests/ is collected) sets this for its own process;
+    # a server must run with Django's async safety on, as in production (its deploy check refuses it).
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     procs = Processes(env, tmp_path)
     _running.append(procs)
     yield procs

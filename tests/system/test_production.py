@@ -121,7 +121,7 @@ def alive(pid: int) -> bool:
 def test_a_dead_worker_is_restarted_with_backoff_and_the_web_processes_stay_healthy(processes):
     script, ports, _ = start(processes, web=2, workers=2)
     before = children(processes)
-    assert set(before) == {"web-0", "web-1", "worker-1", "worker-2"}
+    assert set(before) == {"web-0", "web-1", "worker-1", "worker-2", "notify-1"}
     victim = before["worker-1"]
     os.kill(victim, signal.SIGKILL)
 
@@ -136,8 +136,8 @@ def test_a_dead_worker_is_restarted_with_backoff_and_the_web_processes_stay_heal
     assert f"worker-1 (pid {victim}) exited with signal SIGKILL; restarting in 1 s" in log, log
     wait_until(lambda: reborn in (all_healthy(ports, 2) or ()), 20, "the new worker to sweep")
     after = children(processes)
-    assert {name: after[name] for name in ("web-0", "web-1", "worker-2")} == {
-        name: before[name] for name in ("web-0", "web-1", "worker-2")
+    assert {name: after[name] for name in ("web-0", "web-1", "worker-2", "notify-1")} == {
+        name: before[name] for name in ("web-0", "web-1", "worker-2", "notify-1")
     }, "the other processes were left alone"
     assert all(alive(pid) for pid in after.values())
 
@@ -160,7 +160,7 @@ def test_sigterm_stops_every_process_gracefully_within_the_drain_bound(processes
     drain = 4
     script, ports, _ = start(processes, web=2, workers=2, env={"AGENTRUN_DRAIN_SECONDS": str(drain)})
     pids = children(processes)
-    assert len(pids) == 4 and all(alive(pid) for pid in pids.values())
+    assert len(pids) == 5 and all(alive(pid) for pid in pids.values())  # 2 web, 2 workers, 1 notify
     stopped = time.monotonic()
     script.send_signal(signal.SIGTERM)
     script.wait(timeout=drain + 5 + 5)
@@ -168,6 +168,6 @@ def test_sigterm_stops_every_process_gracefully_within_the_drain_bound(processes
     assert script.returncode == 0
     assert not [name for name, pid in pids.items() if alive(pid)], "every process is gone"
     log = processes.log("production")
-    assert "SIGTERM: stopping 4 processes" in log and "all processes stopped" in log
+    assert "SIGTERM: stopping 5 processes" in log and "all processes stopped" in log
     assert "SIGKILL" not in log, "each process stopped on SIGTERM, none had to be killed"
     assert all(healthz_status(port) is None for port in ports)

@@ -20,9 +20,12 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
+from django.db.models import Min
+from django.tasks import TaskResultStatus
+from django.utils import timezone
 from django_tasks_db.management.commands.db_worker import Command as DbWorkerCommand
 from django_tasks_db.management.commands.db_worker import Worker
-from django_tasks_db.models import DBTaskResult
+from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from agentrun import health
@@ -31,6 +34,7 @@ from agentrun.engine.sweeper import run_forever
 
 logger = logging.getLogger("agentrun.worker")
 RETRY_SECONDS = 2.0
+SWEEPER_JOIN_SECONDS = 3.0
 WAKEUP_CHANNEL = "agentrun_tasks"
 
 
@@ -91,12 +95,25 @@ class WakingWorker(Worker):
         super().__init__(**kwargs)
         self.listener = TaskListener() if connection.vendor == "postgresql" else None
 
-    def _claim(self) -> DBTaskResult | None:
-        tasks = DBTaskResult.objects.ready().filter(backend_name=self.backend_name)
+    def _mine(self, tasks: Any) -> Any:
+        tasks = tasks.filter(backend_name=self.backend_name)
         if not self.process_all_queues:
             tasks = tasks.filter(queue_name__in=self.queue_names)
         if self.excluded_queue_names:
             tasks = tasks.exclude(queue_name__in=self.excluded_queue_names)
+        return tasks
+
+    def _idle_seconds(self) -> float:
+        """How long to wait for a notification: the poll interval, or less if a deferred task of this
+        worker's queues (``run_after``: a webhook's retry) falls due sooner."""
+        now = timezone.now()
+        deferred = DBTaskResult.objects.filter(status=TaskResultStatus.READY, run_after__gt=now)
+        deferred = self._mine(deferred.exclude(run_after=get_date_max()))  # get_date_max(): "no run_after"
+        due = deferred.aggregate(due=Min("run_after"))["due"]
+        return self.interval if due is None else max(0.0, min(self.interval, (due - now).total_seconds()))
+
+    def _claim(self) -> DBTaskResult | None:
+        tasks = self._mine(DBTaskResult.objects.ready())
         with exclusive_transaction(tasks.db):
             try:
                 task_result = tasks.get_locked()
@@ -125,7 +142,7 @@ class WakingWorker(Worker):
                     if self.batch:
                         return
                     if self.listener is not None:
-                        self.listener.wait(self.interval)
+                        self.listener.wait(self._idle_seconds())
                     else:
                         time.sleep(self.interval)
         finally:
@@ -139,7 +156,11 @@ class Command(DbWorkerCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self.configure_logging(options["verbosity"])
         health.process_role = "worker"  # its heartbeats (each sweep) say so on /healthz
-        threading.Thread(target=lambda: asyncio.run(run_forever()), name="agentrun-sweeper", daemon=True).start()
+        stop_sweeping = threading.Event()
+        sweeper = threading.Thread(
+            target=lambda: asyncio.run(run_forever(stop=stop_sweeping)), name="agentrun-sweeper", daemon=True
+        )
+        sweeper.start()
         queue_names = options["queue_name"].split(",")
         worker = WakingWorker(
             queue_names=queue_names,
@@ -152,13 +173,18 @@ class Command(DbWorkerCommand):
             excluded_queue_names=options["exclude_queues"].split(",") if options["exclude_queues"] else [],
         )
         worker.configure_signals()
-        while True:
-            try:
-                worker.run()
-                return  # stopped by a signal, --batch or --max-tasks
-            except (OperationalError, InterfaceError):
-                # The claiming query fails while the database restarts: wait and poll again instead of
-                # exiting (a worker that exits takes its share of the work with it).
-                logger.warning("database unavailable; polling again in %.0f s", RETRY_SECONDS, exc_info=True)
-                connections.close_all()
-                time.sleep(RETRY_SECONDS)
+        try:
+            while True:
+                try:
+                    worker.run()
+                    return  # stopped by a signal, --batch or --max-tasks
+                except (OperationalError, InterfaceError):
+                    # The claiming query fails while the database restarts: wait and poll again instead
+                    # of exiting (a worker that exits takes its share of the work with it).
+                    logger.warning("database unavailable; polling again in %.0f s", RETRY_SECONDS, exc_info=True)
+                    connections.close_all()
+                    time.sleep(RETRY_SECONDS)
+        finally:
+            # Let a sweep round in progress end before the interpreter does (it would fail, and log so).
+            stop_sweeping.set()
+            sweeper.join(timeout=SWEEPER_JOIN_SECONDS)

@@ -14,6 +14,7 @@ from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
 from agentrun.models import Snapshot
 
 SEED_THREAD_PREFIX = "demo-"
+RESET_ENV = "AGENTRUN_RESET_DEMO_PASSWORD"
 
 
 class Command(BaseCommand):
@@ -34,16 +35,25 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"Seeded {count} suspended runs."))
 
     def _account(self, username: str, group_name: str, env: str) -> None:
+        """Create the account; say how to sign in with it on every run (a new password when asked)."""
         user_model = get_user_model()
         # An address, so that the console shows the email (with its decision links) reviewers get.
         defaults = {"is_staff": True, "email": f"{username}@example.com"}
         user, created = user_model.objects.get_or_create(username=username, defaults=defaults)
         password = os.environ.get(env)
-        if created or password:
+        if created or password or os.environ.get(RESET_ENV, "").strip().lower() in ("1", "true", "yes"):
             password = password or secrets.token_urlsafe(12)
             user.set_password(password)
             user.save()
-            self.stdout.write(self.style.WARNING(f"Account {username!r} password: {password}"))
+            self.stdout.write(self.style.WARNING(f"Sign in as {username!r} with password: {password}"))
+        else:
+            # The password is only stored hashed: it cannot be shown again, only replaced.
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Sign in as {username!r} with the password printed when it was created "
+                    f"(forgot it? {RESET_ENV}=1 make demo sets a new one, or {env}=<password> make demo)."
+                )
+            )
         user.groups.add(Group.objects.get(name=group_name))
 
 

@@ -1,0 +1,228 @@
+"""Figures for the decision cycle: suspend → approve → complete, in-process, through the Python API.
+
+    .venv/bin/python benchmarks/cycle.py                       # embedded default (SQLite, throw-away)
+    DATABASE_URL=postgres://… .venv/bin/python benchmarks/cycle.py --cycles 50
+    .venv/bin/python benchmarks/cycle.py --sql                 # print the statements of one cycle
+
+A cycle is what a user of the Python API does: ``stream()`` a run that calls ``send-email`` and reads it
+until it suspends (the *suspend* phase), then ``approve_tool_call()`` and reads the continuation until the
+run has completed (the *approve + complete* phase). A phase's time ends with its last chunk read; its
+statements include the segment's tail after that (last flush, lease release). Statements are counted
+on every database connection (the continuation runs on asgiref's database thread), relay reads
+included: all of it is on the user's path. ``measure_cycle(n)`` is the function the benchmark suite
+calls.
+
+On PostgreSQL the named database is flushed first: point DATABASE_URL at a throw-away database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EMAIL_LINE = '/tool send-email {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}'
+
+
+class StatementLog:
+    """Every SQL statement run on any connection of this process while ``recording`` (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.recording = False
+        self._lock = threading.Lock()
+
+    def __call__(self, execute, sql, params, many, context):  # noqa: ANN001, ANN204 - Django's wrapper signature
+        if self.recording:
+            with self._lock:
+                self.statements.append(sql)
+        return execute(sql, params, many, context)
+
+    def install_here(self) -> None:
+        """Also count on the connections this thread has already opened (run it on asgiref's database
+        thread, ``await db(log.install_here)()``: the engine's connection there may predate the log)."""
+        from django.db import connections
+
+        for connection in connections.all(initialized_only=True):
+            if self not in connection.execute_wrappers:
+                connection.execute_wrappers.append(self)
+
+    def uninstall_here(self) -> None:
+        from django.db import connections
+
+        for connection in connections.all(initialized_only=True):
+            if self in connection.execute_wrappers:
+                connection.execute_wrappers.remove(self)
+
+    @contextmanager
+    def phase(self) -> Iterator[list[str]]:
+        """The statements run inside the block."""
+        captured: list[str] = []
+        with self._lock:
+            start = len(self.statements)
+        self.recording = True
+        try:
+            yield captured
+        finally:
+            self.recording = False
+            with self._lock:
+                captured.extend(self.statements[start:])
+
+
+@contextmanager
+def statement_log() -> Iterator[StatementLog]:
+    """Install a ``StatementLog`` on this thread's connections and every new one, for the block's duration."""
+    from django.db.backends.signals import connection_created
+
+    log = StatementLog()
+
+    def install(connection, **_):  # noqa: ANN001, ANN202 - the signal's signature
+        if log not in connection.execute_wrappers:
+            connection.execute_wrappers.append(log)
+
+    connection_created.connect(install, weak=False)
+    log.install_here()
+    try:
+        yield log
+    finally:
+        connection_created.disconnect(install)
+        # Connections of other threads keep the (inert) wrapper until they close; this thread's go now.
+        log.uninstall_here()
+
+
+async def _settled() -> None:
+    """Wait for the work a phase left running after its last chunk reached the reader (the segment's last
+    flush and lease release), so that its statements count in that phase and not in the next one."""
+    from agentrun.engine import runtime, stream
+
+    current = asyncio.current_task()
+    pending = [t for t in (*stream._producers, *runtime._tasks) if t is not current and not t.done()]
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def one_cycle(log: StatementLog, index: int) -> dict:
+    """One cycle; its phases' wall times (ms) and statements."""
+    from agentrun.engine.agents import get_agent
+
+    agent = get_agent("support-agent")
+    started = time.perf_counter()
+    with log.phase() as suspend_sql:
+        stream = await agent.stream(EMAIL_LINE, memory={"thread": f"bench-cycle-{index}", "resource": "bench-user"})
+        await stream.collect()
+        suspended = time.perf_counter()
+        await _settled()
+    assert await stream.finish_reason == "suspended", await stream.finish_reason
+    with log.phase() as approve_sql:
+        approving = time.perf_counter()
+        continuation = await agent.approve_tool_call(run_id=stream.run_id)
+        await continuation.collect()
+        finished = time.perf_counter()
+        await _settled()
+    assert await continuation.finish_reason == "stop", await continuation.finish_reason
+    return {
+        "suspend_ms": 1000 * (suspended - started),
+        "approve_complete_ms": 1000 * (finished - approving),
+        "cycle_ms": 1000 * (suspended - started + finished - approving),
+        "suspend_sql": suspend_sql,
+        "approve_complete_sql": approve_sql,
+    }
+
+
+def _spread(values: list[float]) -> dict:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"median": round(statistics.median(ordered), 2), "p95": round(p95, 2)}
+
+
+def measure_cycle(n: int = 50, *, keep_sql: bool = False) -> dict:
+    """``n`` cycles after one warm-up, on the configured database (Django set up, migrations applied).
+
+    Returns ``{"vendor", "cycles", "cycle_ms", "suspend_ms", "approve_complete_ms", "statements"}``: each
+    ``*_ms`` a ``{"median", "p95"}``; ``statements`` the median count per phase (``suspend``,
+    ``approve_complete``, ``cycle``), plus ``sql`` (the last cycle's statements) when ``keep_sql``.
+    Must not be called from a running event loop.
+    """
+    from django.db import connection
+
+    from agentrun.engine.runtime import db
+
+    async def cycles(log: StatementLog) -> list[dict]:
+        await db(log.install_here)()
+        try:
+            await one_cycle(log, -1)  # warm up: model, registry, connections
+            return [await one_cycle(log, i) for i in range(n)]
+        finally:
+            await db(log.uninstall_here)()
+
+    with statement_log() as log:
+        results = asyncio.run(cycles(log))
+    suspend = [len(r["suspend_sql"]) for r in results]
+    approve = [len(r["approve_complete_sql"]) for r in results]
+    figures = {
+        "vendor": connection.vendor,
+        "cycles": n,
+        **{key: _spread([r[key] for r in results]) for key in ("cycle_ms", "suspend_ms", "approve_complete_ms")},
+        "statements": {
+            "suspend": round(statistics.median(suspend)),
+            "approve_complete": round(statistics.median(approve)),
+            "cycle": round(statistics.median([s + a for s, a in zip(suspend, approve, strict=True)])),
+        },
+    }
+    if keep_sql:
+        last = results[-1]
+        figures["sql"] = {"suspend": last["suspend_sql"], "approve_complete": last["approve_complete_sql"]}
+    return figures
+
+
+def _setup() -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentrun.settings")
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    call_command("flush", interactive=False, verbosity=0)  # a PostgreSQL database is not thrown away
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=50)
+    parser.add_argument("--sql", action="store_true", help="print the statements of the last cycle")
+    args = parser.parse_args()
+    if "DATABASE_URL" not in os.environ and "AGENTRUN_DATA_DIR" not in os.environ:
+        # The embedded default on a throw-away SQLite file, in a child process that owns it.
+        with tempfile.TemporaryDirectory() as data:
+            env = dict(os.environ, AGENTRUN_DATA_DIR=data, PYTHONPATH=str(ROOT))
+            subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env, check=True)
+        return
+    os.environ.setdefault("AGENTRUN_EMBEDDED_SWEEPER", "0")
+    sys.path.insert(0, str(ROOT))
+    _setup()
+    figures = measure_cycle(args.cycles, keep_sql=args.sql)
+    if args.sql:
+        for phase, statements in figures.pop("sql").items():
+            print(f"--- {phase}: {len(statements)} statements")
+            for sql in statements:
+                print("   ", sql[:220])
+    s = figures["statements"]
+    print(
+        f"{figures['vendor']}: {args.cycles} cycles, suspend → approve → complete: "
+        f"median {figures['cycle_ms']['median']} ms (p95 {figures['cycle_ms']['p95']}); "
+        f"suspend {figures['suspend_ms']['median']} ms / {s['suspend']} statements, "
+        f"approve + complete {figures['approve_complete_ms']['median']} ms / {s['approve_complete']} statements"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""``make demo`` (``manage.py demo_seed``): it says how to sign in every time, and resets on request."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def seed(monkeypatch, **env: str) -> str:
+    for name in ("AGENTRUN_REVIEWER_PASSWORD", "AGENTRUN_VIEWER_PASSWORD", "AGENTRUN_RESET_DEMO_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = io.StringIO()
+    call_command("demo_seed", stdout=out)
+    return out.getvalue()
+
+
+def printed_password(output: str, username: str) -> str:
+    return re.search(rf"Sign in as '{username}' with password: (\S+)", output).group(1)
+
+
+def test_every_run_says_how_to_sign_in_and_a_reset_gives_a_new_password(monkeypatch):
+    first = seed(monkeypatch)
+    password = printed_password(first, "reviewer")
+    reviewer = get_user_model().objects.get(username="reviewer")
+    assert reviewer.check_password(password)
+
+    again = seed(monkeypatch)
+    assert "Sign in as 'reviewer' with the password printed when it was created" in again
+    assert "AGENTRUN_RESET_DEMO_PASSWORD=1 make demo" in again
+
+    reset = seed(monkeypatch, AGENTRUN_RESET_DEMO_PASSWORD="1")
+    new_password = printed_password(reset, "reviewer")
+    reviewer.refresh_from_db()
+    assert new_password != password and reviewer.check_password(new_password)
+    assert printed_password(reset, "viewer")

@@ -1,0 +1,198 @@
+"""Inbox, run page and history through Django's test client: any id works, rows say what waits."""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+from urllib.parse import quote
+
+import pytest
+from django.urls import reverse
+
+from agentrun.models import SuspendedToolCall
+from tests.approvals.conftest import suspend
+from tests.factories import EMAIL, record_decision
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Ids the REST API accepts (memory.thread / memory.resource: any non-empty text of at most 255 characters).
+LONG_ID = ("lg/%?# ü-" * 40)[:255]
+ODD_IDS = [
+    "a/b",
+    "a/../b",
+    "/lead/trail/",
+    "sp ace",
+    "50%",
+    "what?x=1&y=2",
+    "h#frag",
+    "ünï/çødé 🧵",
+    "tab\tnew\nline",
+    "u_2Fx",  # the admin's own escape sequence, as data
+    ".",
+    "..",
+    LONG_ID,
+]
+
+
+def hrefs(page: str, pattern: str) -> list[str]:
+    """The (unescaped) hrefs of the links whose href matches ``pattern``."""
+    return [htmllib.unescape(h) for h in re.findall(r'href="([^"]*)"', page) if re.search(pattern, htmllib.unescape(h))]
+
+
+def thread_link_of(page: str, thread_id: str) -> str:
+    """The href of the link whose text is ``thread_id`` (as the page prints it)."""
+    for href, text in re.findall(r'<a [^>]*href="([^"]*)"[^>]*>([^<]*)</a>', page):
+        if htmllib.unescape(text) == thread_id:
+            return htmllib.unescape(href)
+    raise AssertionError(f"no link named {thread_id!r}")
+
+
+@pytest.mark.parametrize("odd_id", ODD_IDS, ids=repr)
+def test_any_thread_id_works_on_every_page_and_link(reviewer, odd_id):
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread=odd_id, resource=odd_id)
+    call = SuspendedToolCall.objects.get(run_id=run_id)
+
+    inbox = client.get(reverse("approvals:inbox"))
+    assert inbox.status_code == 200
+    page = inbox.content.decode()
+    link = thread_link_of(page, odd_id)
+    filtered = client.get(reverse("approvals:inbox"), {"resource": odd_id}).content.decode()
+    assert thread_link_of(filtered, odd_id) == link
+
+    # The inbox's link, the run page's links and the path a message would build all open this thread.
+    thread = client.get(link)
+    assert thread.status_code == 200, link
+    assert f'data-tool-call-id="{call.tool_call_id}"' in thread.content.decode()
+    if odd_id not in (".", ".."):  # those two are path segments browsers fold away
+        assert client.get(f"/approvals/threads/{quote(odd_id, safe='')}/").status_code == 200
+
+    run_page = client.get(reverse("approvals:run", args=[run_id]))
+    assert run_page.status_code == 200
+    assert thread_link_of(run_page.content.decode(), odd_id) == link
+
+    record_decision(agent_id="support-agent", run_id=run_id, kind="decline", reason="no")
+    history = client.get(reverse("approvals:history"))
+    assert history.status_code == 200
+    assert thread_link_of(history.content.decode(), odd_id) == link
+    assert client.get(link).status_code == 200  # nothing waits any more: still a page
+
+
+@pytest.mark.parametrize("odd_id", ["a/b", "a&b=c#d ü%", "u_2Fx", LONG_ID], ids=repr)
+def test_admin_filters_and_links_follow_any_id(admin_client_, odd_id):
+    client, _ = admin_client_
+    run_id = suspend("send-email", EMAIL, thread=odd_id, resource=odd_id)
+    suspend("send-email", EMAIL, thread="other-thread", resource="other")
+
+    threads = client.get(reverse("admin:agentrun_thread_changelist")).content.decode()
+    [runs_link] = [h for h in hrefs(threads, r"/admin/agentrun/run/\?") if "other-thread" not in h]
+    runs = client.get(runs_link)
+    assert runs.status_code == 200
+    assert run_id in runs.content.decode() and "1 run" in runs.content.decode()
+
+    # The run changelist's thread link opens that thread's change page.
+    run_list = client.get(reverse("admin:agentrun_run_changelist"), {"q": run_id}).content.decode()
+    [thread_change] = hrefs(run_list, r"/admin/agentrun/thread/.+/change/")
+    page = client.get(thread_change)
+    assert page.status_code == 200 and htmllib.escape(odd_id) in page.content.decode()
+
+    # The suspended call's run link opens the run.
+    calls = client.get(reverse("admin:agentrun_suspendedtoolcall_changelist")).content.decode()
+    opened = [client.get(h) for h in hrefs(calls, r"/admin/agentrun/run/.+/change/")]
+    assert opened and all(p.status_code == 200 for p in opened)
+    assert any(run_id in p.content.decode() for p in opened)
+
+
+# --- inbox: what waits ----------------------------------------------------------------------------
+def inbox_queries(client, django_assert_max_num_queries, **params) -> tuple[str, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(reverse("approvals:inbox"), params)
+    assert response.status_code == 200
+    return response.content.decode(), len(ctx.captured_queries)
+
+
+def test_inbox_rows_say_what_waits_in_a_fixed_number_of_queries(reviewer, django_assert_max_num_queries):
+    from tests.approvals.conftest import start_run
+    from tests.approvals.test_views import SUB_AGENT_REFUND
+
+    client, _ = reviewer
+    suspend("send-email", dict(EMAIL, subject="Refund <b>now</b>"), thread="t-a", resource="ann")
+    start_run(SUB_AGENT_REFUND, thread="t-d", resource="dee", agent_id="support-supervisor")
+    _, few = inbox_queries(client, django_assert_max_num_queries)
+    suspend("delete-record", {"table": "users", "id": 7}, thread="t-b", resource="bob")
+    suspend("ask-user", {"question": "Which city?"}, thread="t-c", resource="cy")
+    for i in range(3):
+        suspend("send-email", EMAIL, thread=f"t-more{i}", resource=f"r{i}")
+    page, many = inbox_queries(client, django_assert_max_num_queries)
+    assert many == few, f"{few} queries with 2 rows, {many} with 7"
+
+    row = re.search(r'<li class="thread-row risk-medium" data-thread-id="t-a">.*?</li>\s*</ul>', page, re.S).group(0)
+    summary = re.search(r'<span class="summary">([^<]*)</span>', row).group(1)
+    # One line, every argument (PostgreSQL's jsonb keeps its own key order).
+    assert ">send-email</code>" in row and "\n" not in summary
+    assert {"to=ann@example.com", "subject=Refund &lt;b&gt;now&lt;/b&gt;", "body=It shipped."} == set(
+        summary.split(" · ")
+    )
+    assert "<strong>ann</strong>" in row and "waiting " in row
+    high = re.search(r'<li class="thread-row risk-high" data-thread-id="t-b">.*?</li>\s*</ul>', page, re.S).group(0)
+    assert "high risk" in high and "table=users" in high and "id=7" in high
+    # A sub-agent's call names what it would run, once.
+    sub = re.search(r'data-thread-id="t-d">.*?</li>\s*</ul>', page, re.S).group(0)
+    assert ">refund</code>" in sub and "via billing-agent" in sub and "orderId=o-1" in sub and "amount=5.0" in sub
+    assert page.count('data-thread-id="t-d"') == 1 and sub.count('class="row-call"') == 1
+    # Counts per agent.
+    assert re.search(r'data-agent-id="support-agent">.*?<strong class="n">6</strong>', page)
+    assert re.search(r'data-agent-id="support-supervisor">.*?<strong class="n">1</strong>', page)
+
+
+def test_inbox_sorts_and_filters_by_agent_tool_risk_and_resource(reviewer):
+    client, _ = reviewer
+    suspend("send-email", EMAIL, thread="t-first", resource="r-1")
+    suspend("delete-record", {"table": "t", "id": 1}, thread="t-second", resource="r-2")
+    suspend("send-email", EMAIL, thread="t-third", resource="r-2")
+
+    def threads(**params) -> list[str]:
+        page = client.get(reverse("approvals:inbox"), params).content.decode()
+        return re.findall(r'class="thread-row[^"]*" data-thread-id="([^"]*)"', page)
+
+    assert threads() == ["t-first", "t-second", "t-third"]
+    assert threads(sort="newest") == ["t-third", "t-second", "t-first"]
+    assert threads(risk="high") == ["t-second"]
+    assert threads(tool="send-email") == ["t-first", "t-third"]
+    assert threads(resource="r-2", sort="newest") == ["t-third", "t-second"]
+    assert threads(agent="billing-agent") == []
+    page = client.get(reverse("approvals:inbox"), {"risk": "high"}).content.decode()
+    # The agent counts follow the other filters.
+    assert re.search(r'data-agent-id="support-agent">.*?<strong class="n">1</strong>', page)
+
+
+# --- history ---------------------------------------------------------------------------------------
+def test_history_and_the_rest_trail_filter_alike(reviewer):
+    client, _ = reviewer
+    runs = {t: suspend("send-email", EMAIL, thread=t, resource=f"res-{i}") for i, t in enumerate(["h/a?", "h b#"])}
+    for run_id in runs.values():
+        record_decision(agent_id="support-agent", run_id=run_id, kind="decline", decided_by="rita")
+    for thread, run_id in runs.items():
+        page = client.get(reverse("approvals:history"), {"thread": thread}).content.decode()
+        rest = client.get("/api/decisions", {"threadId": thread}).json()["data"]
+        shown = re.findall(r'data-decision-id="([^"]+)"', page)
+        assert shown == [d["id"] for d in rest] and len(shown) == 1
+        assert rest[0]["runId"] == run_id
+    page = client.get(reverse("approvals:history"), {"resource": "res-1"}).content.decode()
+    assert re.findall(r'data-decision-id="([^"]+)"', page) == [
+        d["id"] for d in client.get("/api/decisions", {"threadId": "h b#"}).json()["data"]
+    ]
+
+
+def test_history_shows_edited_args_as_a_diff_and_times_with_their_zone(reviewer):
+    client, _ = reviewer
+    run_id = suspend("send-email", EMAIL, thread="t-diff", resource="ann")
+    record_decision(agent_id="support-agent", run_id=run_id, kind="approve", args=dict(EMAIL, to="<b>bob</b>"))
+    page = client.get(reverse("approvals:history")).content.decode()
+    assert '<del title="original">ann@example.com</del>' in page
+    assert '<ins title="ran with">&lt;b&gt;bob&lt;/b&gt;</ins>' in page
+    assert re.search(r"<time datetime=\"[^\"]+\">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>", page)
+    assert 'data-label="Resource">ann</td>' in page
