@@ -8,15 +8,18 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from agentrun.access import START_PERMISSION, can_decide, can_view, in_agent_scope
 from agentrun.engine.agents import get_agent
 from agentrun.errors import AgentRunError
-from agentrun.fanout import subscribe
+from agentrun.fanout import SubscriberBehind, SubscriberReset, subscribe
 from agentrun.models import Run
 from agentrun.wire import decision_kwargs, decode_frame, stream_kwargs
 
 MESSAGE_TOO_BIG = 1009
+SUBSCRIBER_BEHIND = 4008
+SUBSCRIBER_RESET = 4009
 
 
 def _error(code: str, message: str) -> dict:
@@ -54,8 +57,21 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
         self.forwarder = asyncio.create_task(self._forward(run_id, after))
 
     async def _forward(self, run_id: str, after: int) -> None:
-        async for chunk in subscribe(run_id, after, until="final"):
-            await self.send_json(chunk)
+        try:
+            # send_json waits while the client's connection is backed up (agentrun.daphne_ws), so a
+            # slow reader's chunks wait here, counted against AGENTRUN_WS_MAX_LAG.
+            chunks = subscribe(run_id, after, until="final", max_lag=settings.AGENTRUN_WS_MAX_LAG, resync=True)
+            async for chunk in chunks:
+                await self.send_json(chunk)
+        except SubscriberBehind as behind:
+            # Too far behind: a clean close that says where to resume (CONTRACT §8), never a reset.
+            await self.close(code=SUBSCRIBER_BEHIND, reason=f"resume after={behind.resume_after}")
+            return
+        except SubscriberReset as reset:
+            # A takeover replaced chunks this socket was sent live (never logged): the client drops
+            # what it got after the seq named and resumes there (README "Production").
+            await self.close(code=SUBSCRIBER_RESET, reason=f"resume after={reset.resume_after}")
+            return
         await self.close(code=1000)
 
     async def disconnect(self, code: int) -> None:

@@ -9,9 +9,10 @@ No authentication, JSON, no session or CSRF work. Checks:
   default the server's own sweeper.
 
 Status: ``503`` when the database or the channel layer fails (this process cannot serve: take it out
-of the load balancer). Without a recent worker the answer is ``200`` with ``status: "degraded"``: the
-process serves reads, decisions and streams, but continuations queued for workers, background tasks
-and expiry wait until a worker is back, so restarting web processes would not help — alert on it instead.
+of the load balancer), or while it drains after SIGTERM (``status: "draining"``). Without a recent
+worker the answer is ``200`` with ``status: "degraded"``: the process serves reads, decisions and
+streams, but continuations queued for workers, background tasks and expiry wait until a worker is
+back, so restarting web processes would not help — alert on it instead.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ FORGET_AFTER = timedelta(days=1)
 
 # "worker" in agentrun_worker processes (the command sets it), "server" where the server sweeps itself.
 process_role = "server"
+# Set when this web process drains after SIGTERM (agentrun.daphne_ws): /healthz answers 503 "draining"
+# so that a load balancer stops sending it requests.
+draining = False
 
 
 def process_id() -> str:
@@ -112,9 +116,9 @@ async def health_report() -> tuple[int, dict[str, Any]]:
             workers = await sync_to_async(_recent_workers)()
         except Exception as exc:  # e.g. migrations not applied yet
             database = {**database, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
-    serving = database["ok"] and layer["ok"]
+    serving = database["ok"] and layer["ok"] and not draining
     body = {
-        "status": "ok" if serving and workers else "degraded",
+        "status": "draining" if draining else "ok" if serving and workers else "degraded",
         "database": database,
         "channelLayer": layer,
         "workers": workers,

@@ -10,7 +10,7 @@ from contextlib import aclosing
 from django.http import StreamingHttpResponse
 
 from agentrun.errors import AgentRunError
-from agentrun.fanout import release_connection
+from agentrun.fanout import SubscriberReset, release_connection
 
 logger = logging.getLogger("agentrun.api")
 
@@ -26,6 +26,12 @@ async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
         try:
             async for chunk in source:
                 yield chunk_event(chunk)
+        except SubscriberReset as reset:
+            # A takeover replaced chunks this stream sent live (never logged). The event's id makes an
+            # EventSource reconnect with Last-Event-ID = that seq; other clients read resumeAfter.
+            data = json.dumps({"resumeAfter": reset.resume_after})
+            yield f"id: {reset.resume_after}\nevent: reset\ndata: {data}\n\n".encode()
+            return
         except AgentRunError as exc:
             # The response has started: the error travels as an event, then the stream ends.
             yield f"event: error\ndata: {json.dumps(exc.to_dict())}\n\n".encode()

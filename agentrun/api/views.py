@@ -395,7 +395,7 @@ class RunStreamView(ApiView):
             after = _seq_param(last_event_id, "Last-Event-ID")
         else:
             after = _seq_param(request.query_params.get("after"), "after")
-        return event_stream_response(subscribe(run.id, after, until="rest"))
+        return event_stream_response(subscribe(run.id, after, until="rest", resync=True))
 
 
 # --- threads, decisions, background tasks --------------------------------------------------------

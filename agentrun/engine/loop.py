@@ -33,6 +33,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger("agentrun.engine")
 
 DEFAULT_DECLINE_REASON = "Tool call was not approved by the user"
+# The finish a segment's taker writes for the segment its dead predecessor left open (README
+# "Production"): the run is not failed, it goes on in the taker's segment right after.
+TAKEOVER_FINISH = {
+    "finishReason": "error",
+    "usage": usage_dict(0, 0),
+    "error": {
+        "code": "driver_lost",
+        "message": "The process driving this segment stopped; another process continues the run.",
+    },
+}
 
 
 @dataclass
@@ -79,11 +89,18 @@ class Segment:
     # --- the segment ----------------------------------------------------------------------------
     async def run(self) -> SegmentResult:
         async with RunLease(self.run_id):
-            run = await db(store.load_run)(self.run_id)
+            run = await db(store.load_run_to_drive)(self.run_id)
+            self.log = store.ChunkLog(run.id, run.next_seq, self.sinks)
+            if run.segment_open:
+                # Taken over: the previous driver died mid-segment (its lease lapsed). Close its segment
+                # first, so every reader of the log sees exactly one finish per segment (CONTRACT §5).
+                logger.warning("run %s: closing the segment of a driver that died", run.id)
+                self.emit("finish", TAKEOVER_FINISH)
+                await db(self.log.flush_sync)()
             if self.only_if_needed and not await db(store.needs_driving)(run):
                 self.result.finish_reason = _finish_reason_for(run.status)
+                await self.publisher.aclose()
                 return self.result
-            self.log = store.ChunkLog(run.id, run.next_seq, self.sinks)
             self.emit("start", {"runId": run.id, "agentId": run.agent_id, "threadId": run.thread_id})
             try:
                 self.result.finish_reason = await self._drive(run)

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, F, IntegerField, Q, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, Value, When
 from django.utils import timezone
 
 from agentrun import events
@@ -187,6 +187,16 @@ def run_exists(run_id: str) -> bool:
 
 def load_run(run_id: str) -> Run:
     return Run.objects.get(pk=run_id)
+
+
+def load_run_to_drive(run_id: str) -> Run:
+    """The run, with ``segment_open``: its log's last ``start`` has no ``finish`` after it (the process
+    that wrote it died mid-segment). One query: the latest start/finish, read backwards on the log's
+    (run, seq) key."""
+    latest = RunChunk.objects.filter(run_id=OuterRef("pk"), type__in=["start", "finish"]).order_by("-seq")
+    run = Run.objects.annotate(latest_boundary=Subquery(latest.values("type")[:1])).get(pk=run_id)
+    run.segment_open = run.latest_boundary == "start"
+    return run
 
 
 # --- run life cycle -------------------------------------------------------------------------------
@@ -567,6 +577,13 @@ def pending_tool_step(run_id: str) -> RunStep | None:
         .order_by("-created_at", "-id")
         .first()
     )
+
+
+def expire_leases_of_this_process() -> int:
+    """A process leaving mid-segment (its drain ran out): let a sweep take its runs over now rather
+    than after the lease period."""
+    prefix = new_lease_owner().rsplit(":", 1)[0] + ":"
+    return Run.objects.filter(lease_owner__startswith=prefix).update(lease_expires_at=timezone.now())
 
 
 def new_lease_owner() -> str:

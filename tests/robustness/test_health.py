@@ -149,3 +149,12 @@ async def test_the_real_asgi_server_sweeps_and_reports_itself(settings):
         for task in list(runtime._tasks):
             task.cancel()
         runtime._bound = None
+
+
+@pytest.mark.django_db
+def test_a_draining_web_process_answers_503_so_the_load_balancer_takes_it_out(client, monkeypatch):
+    async_to_sync(sweep_once)()
+    monkeypatch.setattr(health, "draining", True)  # what agentrun.daphne_ws sets on SIGTERM
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["status"] == "draining"

@@ -164,7 +164,8 @@ def test_sigterm_stops_every_process_gracefully_within_the_drain_bound(processes
     stopped = time.monotonic()
     script.send_signal(signal.SIGTERM)
     script.wait(timeout=drain + 5 + 5)
-    figures(f"production.sh: SIGTERM to every process gone {time.monotonic() - stopped:.1f} s (2 web, 2 workers, idle)")
+    took = time.monotonic() - stopped
+    figures(f"production.sh: SIGTERM to every process gone {took:.1f} s (2 web, 2 workers, 1 notify, idle)")
     assert script.returncode == 0
     assert not [name for name, pid in pids.items() if alive(pid)], "every process is gone"
     log = processes.log("production")

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import threading
 import time
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, connections
 from django.db.models import Min
 from django.tasks import TaskResultStatus
@@ -27,6 +29,7 @@ from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
 from agentrun import health
+from agentrun.engine import store
 from agentrun.engine.sweeper import run_forever
 
 logger = logging.getLogger("agentrun.worker")
@@ -65,7 +68,28 @@ class TaskListener:
 
 
 class WakingWorker(Worker):
-    """db_worker's worker loop, waiting on ``TaskListener`` (PostgreSQL) instead of sleeping."""
+    """db_worker's worker loop, waiting on ``TaskListener`` (PostgreSQL) instead of sleeping.
+
+    SIGTERM / SIGINT: no new task is claimed; the task running (a continuation, a background tool)
+    has ``AGENTRUN_DRAIN_SECONDS`` to finish, then the process leaves anyway, expiring its leases so
+    that another worker's sweep continues its runs at once (the log stays well-formed: the taker
+    closes the segment left open). A second signal stops at once.
+    """
+
+    def shutdown(self, signum: int, frame: Any) -> None:
+        if self.running and self.running_task:
+            seconds = settings.AGENTRUN_DRAIN_SECONDS
+            threading.Thread(target=self._leave_after, args=(seconds,), name="agentrun-drain", daemon=True).start()
+        super().shutdown(signum, frame)
+
+    def _leave_after(self, seconds: float) -> None:
+        time.sleep(seconds)
+        logger.warning("drain of %.0f s over: the task in progress is left to another worker", seconds)
+        try:
+            store.expire_leases_of_this_process()
+        finally:
+            logging.shutdown()
+            os._exit(1)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
