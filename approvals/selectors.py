@@ -365,22 +365,6 @@ def history_decisions(*, hidden: frozenset[str] = frozenset(), **filters: Any) -
     return decisions.annotate(resource_id=F("run__resource_id")).order_by("-decided_at", "-id")
 
 
-def tool_risk(agent_id: str, tool_name: str) -> str:
-    """The risk a tool declares (CONTRACT §8), for decisions whose call is gone. A sub-agent's call is as
-    risky as the riskiest approval its sub-agent may ask for (what it surfaces is one of those)."""
-    try:
-        tool = get_agent(agent_id).tools.get(tool_name)
-    except AgentRunError:
-        return "medium"
-    if tool is None:
-        return "medium"
-    inner = getattr(tool, "agent", None)
-    if inner is not None:
-        risks = [tool_risk(inner.id, t.id) for t in inner.tools.values() if t.requires_approval]
-        return max(risks, key=RISK_ORDER.__getitem__, default=tool.risk)
-    return tool.risk
-
-
 @dataclass
 class TimelineCall:
     """A call of a tool_calls step as it ran: an edited call ran with ``edited`` (``arguments`` was asked)."""

@@ -196,3 +196,38 @@ def test_history_shows_edited_args_as_a_diff_and_times_with_their_zone(reviewer)
     assert '<ins title="ran with">&lt;b&gt;bob&lt;/b&gt;</ins>' in page
     assert re.search(r"<time datetime=\"[^\"]+\">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>", page)
     assert 'data-label="Resource">ann</td>' in page
+
+
+def test_history_keeps_the_risk_the_reviewer_saw_after_the_tool_changes_its_declaration(
+    reviewer, admin_client_, monkeypatch
+):
+    """The trail is what happened: a tool re-declared later (here delete-record high → low, send-email
+    medium → high) does not rewrite the risk its decided calls showed, on the page, the admin or the CSV."""
+    import csv
+    import io
+
+    from agentrun import get_agent
+    from agentrun.models import Decision
+
+    client, _ = reviewer
+    deleted = suspend("delete-record", {"table": "orders", "id": 7}, thread="t-risk-del")
+    emailed = suspend("send-email", EMAIL, thread="t-risk-mail")
+    record_decision(agent_id="support-agent", run_id=deleted, kind="approve", decided_by="rita")
+    record_decision(agent_id="support-agent", run_id=emailed, kind="decline", decided_by="rita")
+    tools = get_agent("support-agent").tools
+    for tool_id, risk in (("delete-record", "low"), ("send-email", "high")):
+        monkeypatch.setattr(tools[tool_id], "risk", risk)
+        monkeypatch.setattr(tools[tool_id], "explicit_risk", risk)
+
+    page = client.get(reverse("approvals:history")).content.decode()
+    rows = re.findall(r'<tr data-decision-id="[^"]+" class="risk-(\w+)">.*?<code>([^<]+)</code>', page, re.S)
+    assert {tool: risk for risk, tool in rows} == {"delete-record": "high", "send-email": "medium"}
+    assert page.count('<span class="risk risk-high" title="risk">high risk</span>') == 1
+
+    admin, _ = admin_client_
+    response = admin.post(
+        reverse("admin:agentrun_decision_changelist"),
+        {"action": "export_decisions_csv", "_selected_action": list(Decision.objects.values_list("pk", flat=True))},
+    )
+    exported = {r["tool_name"]: r["risk"] for r in csv.DictReader(io.StringIO(response.content.decode()))}
+    assert exported == {"delete-record": "high", "send-email": "medium"}
