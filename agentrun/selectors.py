@@ -245,3 +245,23 @@ def decision_history(
     if (end := parse_datetime_bound(to_date, "toDate")) is not None:
         decisions = decisions.filter(decided_at__lte=end)
     return decisions
+
+
+
+def waiting_runs_by_agent(agent_ids: list[str], *, resource_id: str = "") -> dict[str, int]:
+    """How many runs of each of ``agent_ids`` wait (for ``resource_id``): the listing's exact ``total``
+    for each (``_open_total``: from the counters, never a scan of the snapshots; runs past their time to
+    live that the sweeper has not expired yet are left out). One query per agent; agents with none are
+    left out."""
+    now = timezone.now()
+    counts = {}
+    for agent_id in agent_ids:
+        snapshots = Snapshot.objects.filter(agent_id=agent_id)
+        if resource_id:
+            snapshots = snapshots.filter(resource_id=resource_id)
+        total = _open_total(
+            snapshots, now, agent_id=agent_id, thread_id=None, resource_id=resource_id or None, dated=False
+        )
+        if total:
+            counts[agent_id] = total
+    return counts
