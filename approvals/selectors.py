@@ -130,8 +130,8 @@ def inbox_rows(*, newest_first: bool = False, **filters: Any) -> list[InboxRow]:
 def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset()) -> dict[str, list]:
     """The filter menus (agents, resources, tools among waiting calls; one query) and the runs waiting
     per registered agent the reader may see, for the chosen resource: the listing's exact totals, from
-    the snapshot counters (``agentrun.selectors.waiting_runs_by_agent``: one query per agent, whatever
-    the number of runs). The tool and risk filters narrow the rows, not these counts."""
+    the snapshot counters (``agentrun.selectors.waiting_runs_by_agent``: one query, whatever the number
+    of runs). The tool and risk filters narrow the rows, not these counts."""
     combos = inbox_open_calls(hidden=hidden).values_list("run__agent_id", "run__resource_id", "tool_name").distinct()
     agents, resources, tools = set(), set(), set()
     for agent, resource, tool in combos.order_by():
