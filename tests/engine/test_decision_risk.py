@@ -34,3 +34,27 @@ def test_the_backfill_takes_the_calls_row_else_the_tools_declaration(monkeypatch
 
     risks = dict(Decision.objects.values_list("id", "risk"))
     assert risks == {kept.id: "high", gone.id: "low"}
+
+
+def test_automatic_decisions_keep_the_calls_risk_too():
+    """A standing grant's approval (via policy) and an expiry (via system) record the risk as a person's
+    decision does: what the call showed, here delete-record's high."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agentrun.engine.decisions import expire_run_if_due
+    from agentrun.models import Run, Snapshot, StandingGrant
+
+    delete = tool_line("delete-record", {"table": "t", "id": 1})
+    StandingGrant.objects.create(agent_id="support-agent", tool_name="delete-record", scope="thread", scope_id="t-g")
+    async_to_sync(start)("support-agent", delete, thread="t-g")
+    waiting, _ = async_to_sync(start)("support-agent", delete, thread="t-x")
+    past = timezone.now() - timedelta(seconds=1)
+    Run.objects.filter(pk=waiting.run_id).update(expires_at=past)
+    Snapshot.objects.filter(run_id=waiting.run_id).update(expires_at=past)
+    assert expire_run_if_due(waiting.run_id)
+    assert sorted(Decision.objects.values_list("via", "kind", "risk")) == [
+        ("policy", "approve", "high"),
+        ("system", "expire", "high"),
+    ]
