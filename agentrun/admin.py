@@ -268,6 +268,7 @@ CSV_COLUMNS = [
     "thread_id",
     "tool_call_id",
     "tool_name",
+    "risk",
     "decided_by_username",
     "via",
     "reason",
@@ -301,8 +302,18 @@ def export_decisions_csv(modeladmin: admin.ModelAdmin, request: HttpRequest, que
 class DecisionAdmin(RunLinkMixin, ViewOnlyAdmin):
     """The audit trail: nobody adds, edits or deletes a decision here, superusers included."""
 
-    list_display = ["id", "decided_at", "kind", "agent_id", "tool_name", "decided_by_username", "via", "run_link"]
-    list_filter = ["kind", "via", "agent_id", "decided_by_username"]
+    list_display = [
+        "id",
+        "decided_at",
+        "kind",
+        "agent_id",
+        "tool_name",
+        "risk",
+        "decided_by_username",
+        "via",
+        "run_link",
+    ]
+    list_filter = ["kind", "via", "risk", "agent_id", "decided_by_username"]
     search_fields = ["id", "run__id", "thread_id", "tool_call_id", "decided_by_username", "run__resource_id"]
     date_hierarchy = "decided_at"
     actions = [export_decisions_csv]

@@ -97,9 +97,7 @@ class Run(models.Model):
             models.Index(fields=["thread", "created_at"], name="run_thread_created"),
             # Serves the sweep's expired-lease query (store.claim_stalled_runs): only runs being driven
             # (or dispatched) hold a lease, so its cost follows the runs in flight, not the history.
-            models.Index(
-                fields=["lease_expires_at"], name="run_lease_expiry", condition=Q(lease_owner__isnull=False)
-            ),
+            models.Index(fields=["lease_expires_at"], name="run_lease_expiry", condition=Q(lease_owner__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -421,6 +419,10 @@ class Decision(models.Model):
     # What made an automatic decision (``via`` policy): ``{"policy": "grant", "grantId", …}`` or
     # ``{"policy": "timeout", "onTimeout", …}``. Null for a person's decision and for expiry.
     details = models.JSONField(null=True, blank=True)
+    # The risk the decided call carried when it was decided (its ``SuspendedToolCall.risk``: for a
+    # sub-agent's call surfaced on its supervisor, the inner call's). Kept, not derived from the tool's
+    # declaration: a declaration that changes later does not rewrite the audit trail.
+    risk = models.CharField(max_length=8, choices=SuspendedToolCall.Risk.choices, default=SuspendedToolCall.Risk.MEDIUM)
 
     class Meta:
         ordering = ["-decided_at", "-id"]

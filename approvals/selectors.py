@@ -14,9 +14,10 @@ from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from agentrun.engine.agents import get_agent
+from agentrun.engine.registry import all_agents
 from agentrun.errors import AgentRunError
 from agentrun.models import Decision, Message, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
-from agentrun.selectors import decision_history
+from agentrun.selectors import decision_history, waiting_runs_by_agent
 from approvals.resume_form import ResumeField, build_fields
 
 OPEN = SuspendedToolCall.Status.OPEN
@@ -126,31 +127,26 @@ def inbox_rows(*, newest_first: bool = False, **filters: Any) -> list[InboxRow]:
     return list(rows.values())
 
 
-def inbox_facets(
-    *,
-    agent_id: str = "",
-    resource_id: str = "",
-    tool_name: str = "",
-    risk: str = "",
-    hidden: frozenset[str] = frozenset(),
-) -> dict[str, list]:
-    """The filter menus (agents, resources, tools among waiting calls) and the open calls per agent
-    under the other filters. One query: open calls counted by (agent, resource, tool, risk)."""
-    combos = inbox_open_calls(hidden=hidden).values_list("run__agent_id", "run__resource_id", "tool_name", "risk")
-    agents: dict[str, int] = {}
-    resources, tools = set(), set()
-    for agent, resource, tool, call_risk, count in combos.annotate(n=Count("id")).order_by():
-        agents.setdefault(agent, 0)
+def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset()) -> dict[str, list]:
+    """The filter menus (agents, resources, tools among waiting calls; one query) and the runs waiting
+    per registered agent the reader may see, for the chosen resource: the listing's exact totals, from
+    the snapshot counters (``agentrun.selectors.waiting_runs_by_agent``: one query, whatever the number
+    of runs). The tool and risk filters narrow the rows, not these counts."""
+    combos = inbox_open_calls(hidden=hidden).values_list("run__agent_id", "run__resource_id", "tool_name").distinct()
+    agents, resources, tools = set(), set(), set()
+    for agent, resource, tool in combos.order_by():
+        agents.add(agent)
         if resource:
             resources.add(resource)
         tools.add(tool)
-        if (resource_id or resource) == resource and (tool_name or tool) == tool and (risk or call_risk) == call_risk:
-            agents[agent] += count
+    visible = [a.id for a in all_agents() if a.id not in hidden]
     return {
         "agents": sorted(agents),
         "resources": sorted(resources),
         "tools": sorted(tools),
-        "agent_counts": [{"agent_id": a, "open_count": n} for a, n in sorted(agents.items()) if n],
+        "agent_counts": [
+            {"agent_id": a, "waiting": n} for a, n in waiting_runs_by_agent(visible, resource_id=resource_id).items()
+        ],
     }
 
 
@@ -366,22 +362,6 @@ def history_decisions(*, hidden: frozenset[str] = frozenset(), **filters: Any) -
     also behind ``GET /api/decisions``), newest first, with the run's resource for its column."""
     decisions = decision_history(hidden=hidden, **filters)
     return decisions.annotate(resource_id=F("run__resource_id")).order_by("-decided_at", "-id")
-
-
-def tool_risk(agent_id: str, tool_name: str) -> str:
-    """The risk a tool declares (CONTRACT §8), for decisions whose call is gone. A sub-agent's call is as
-    risky as the riskiest approval its sub-agent may ask for (what it surfaces is one of those)."""
-    try:
-        tool = get_agent(agent_id).tools.get(tool_name)
-    except AgentRunError:
-        return "medium"
-    if tool is None:
-        return "medium"
-    inner = getattr(tool, "agent", None)
-    if inner is not None:
-        risks = [tool_risk(inner.id, t.id) for t in inner.tools.values() if t.requires_approval]
-        return max(risks, key=RISK_ORDER.__getitem__, default=tool.risk)
-    return tool.risk
 
 
 @dataclass

@@ -85,7 +85,7 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         "rows": selectors.inbox_rows(**filters, newest_first=sort == "newest", hidden=hidden),
         "filters": filters,
         "sort": sort,
-        "choices": selectors.inbox_facets(**filters, hidden=hidden),
+        "choices": selectors.inbox_facets(resource_id=filters["resource_id"], hidden=hidden),
         "risks": SuspendedToolCall.Risk.choices,
         "query": request.GET.urlencode(),
     }

@@ -426,7 +426,8 @@ def _decide_call(
 
 
 def _create_decision(run: Run, call: SuspendedToolCall, *, kind: str, via: str, **fields: Any) -> Decision:
-    """The audit record of one decision on one suspension of a call (the unique constraint's row)."""
+    """The audit record of one decision on one suspension of a call (the unique constraint's row), with
+    the risk the call showed: a surfaced sub-agent call's row carries its inner call's risk."""
     return Decision.objects.create(
         run=run,
         agent_id=run.agent_id,
@@ -435,6 +436,7 @@ def _create_decision(run: Run, call: SuspendedToolCall, *, kind: str, via: str, 
         tool_name=call.tool_name,
         suspension=call.suspension,
         args=call.args,
+        risk=call.risk,
         kind=kind,
         via=via,
         **fields,
@@ -459,9 +461,10 @@ def matching_grant(run: Run, tool_name: str) -> StandingGrant | None:
     )
 
 
-def approve_by_grant(run: Run, *, tool_call_id: str, tool_name: str, args: Any) -> Decision | None:
+def approve_by_grant(run: Run, *, tool_call_id: str, tool_name: str, args: Any, risk: str) -> Decision | None:
     """A call about to wait for approval that a standing grant covers is approved by it: the decision
-    (``via`` policy, naming the grant) is recorded and the loop runs the tool at once. None: no grant."""
+    (``via`` policy, naming the grant, with the ``risk`` the call would have waited with) is recorded and
+    the loop runs the tool at once. None: no grant."""
     grant = matching_grant(run, tool_name)
     if grant is None:
         return None
@@ -473,6 +476,7 @@ def approve_by_grant(run: Run, *, tool_call_id: str, tool_name: str, args: Any) 
             tool_call_id=tool_call_id,
             tool_name=tool_name,
             args=args,
+            risk=risk,
             kind=Decision.Kind.APPROVE,
             via=Decision.Via.POLICY,
             reason=f"Approved by standing grant {grant.id} ({grant.describe()}).",

@@ -311,7 +311,10 @@ class Segment:
             granted = False
             if force_approval or await tool.needs_approval(ctx, args):
                 # A standing grant approves it here and now (a decision via "policy"); else it waits.
-                granted = await db(approve_by_grant)(run, tool_call_id=call.id, tool_name=call.name, args=args)
+                risk = tool.call_risk(requires_approval=True)
+                granted = await db(approve_by_grant)(
+                    run, tool_call_id=call.id, tool_name=call.name, args=args, risk=risk
+                )
                 if not granted:
                     policy = tool.timeout_policy
                     opens.append(
@@ -320,7 +323,7 @@ class Segment:
                             "tool_name": call.name,
                             "args": args,
                             "requires_approval": True,
-                            "risk": tool.call_risk(requires_approval=True),
+                            "risk": risk,
                             "resume_schema": tool.resume_schema,
                             "position": position,
                             **(policy.deadlines(timezone.now()) if policy else {}),

@@ -8,7 +8,6 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from approvals.selectors import tool_risk
 from approvals.urls import thread_path
 
 register = template.Library()
@@ -79,11 +78,6 @@ def args_summary(args: Any) -> str:
     text = " · ".join(_compact(v) if k is None else f"{k}={_compact(v)}" for k, v in pairs)
     text = " ".join(text.split())  # line breaks in a value would break the line
     return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
-
-
-@register.filter
-def decision_risk(decision: Any) -> str:
-    return tool_risk(decision.agent_id, decision.tool_name)
 
 
 @register.filter

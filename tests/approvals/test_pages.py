@@ -143,9 +143,8 @@ def test_inbox_rows_say_what_waits_in_a_fixed_number_of_queries(reviewer, django
     sub = re.search(r'data-thread-id="t-d">.*?</li>\s*</ul>', page, re.S).group(0)
     assert ">refund</code>" in sub and "via billing-agent" in sub and "orderId=o-1" in sub and "amount=5.0" in sub
     assert page.count('data-thread-id="t-d"') == 1 and sub.count('class="row-call"') == 1
-    # Counts per agent.
-    assert re.search(r'data-agent-id="support-agent">.*?<strong class="n">6</strong>', page)
-    assert re.search(r'data-agent-id="support-supervisor">.*?<strong class="n">1</strong>', page)
+    # Runs waiting per agent (the sub-agent's run waits too, under its own agent).
+    assert agent_counts(page) == {"support-agent": 6, "support-supervisor": 1, "billing-agent": 1}
 
 
 def test_inbox_sorts_and_filters_by_agent_tool_risk_and_resource(reviewer):
@@ -164,9 +163,58 @@ def test_inbox_sorts_and_filters_by_agent_tool_risk_and_resource(reviewer):
     assert threads(tool="send-email") == ["t-first", "t-third"]
     assert threads(resource="r-2", sort="newest") == ["t-third", "t-second"]
     assert threads(agent="billing-agent") == []
+    # The agent counts follow the resource filter; the tool and risk filters narrow the rows only.
     page = client.get(reverse("approvals:inbox"), {"risk": "high"}).content.decode()
-    # The agent counts follow the other filters.
-    assert re.search(r'data-agent-id="support-agent">.*?<strong class="n">1</strong>', page)
+    assert agent_counts(page) == {"support-agent": 3}
+    page = client.get(reverse("approvals:inbox"), {"resource": "r-2"}).content.decode()
+    assert agent_counts(page) == {"support-agent": 2}
+
+
+def agent_counts(page: str) -> dict[str, int]:
+    found = re.findall(r'<li[^>]* data-agent-id="([^"]+)">.*?<strong class="n">(\d+)</strong>', page)
+    return {agent: int(n) for agent, n in found}
+
+
+def test_inbox_counts_per_agent_are_exact_from_the_counters(reviewer, django_assert_max_num_queries, settings):
+    """The counts are the listing's totals (the snapshot counters, no scan): a run with two open calls
+    is one waiting run, a run past its time to live that the sweeper has not expired yet is not counted,
+    an agent the reviewer is outside of is not shown; the queries do not grow with the runs."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from agentrun.models import Run, Snapshot
+    from tests.approvals.conftest import start_run
+    from tests.approvals.test_views import SUB_AGENT_REFUND
+    from tests.factories import tool_line
+
+    settings.AGENTRUN_AGENT_REVIEWERS = {"billing-agent": ["Billing reviewers"]}
+    client, _ = reviewer
+    two_calls = "\n".join([tool_line("send-email", EMAIL), tool_line("delete-record", {"table": "t", "id": 2})])
+    start_run(two_calls, thread="t-two", resource="r-1")
+    start_run(SUB_AGENT_REFUND, thread="t-sub", resource="r-1", agent_id="support-supervisor")
+    overdue = suspend("send-email", EMAIL, thread="t-overdue", resource="r-1")
+    past = timezone.now() - timedelta(minutes=1)
+    Run.objects.filter(pk=overdue).update(expires_at=past)
+    Snapshot.objects.filter(run_id=overdue).update(expires_at=past)
+
+    def brute_force(**filters) -> dict[str, int]:
+        live = Snapshot.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()), **filters)
+        counts: dict[str, int] = {}
+        for agent_id in live.exclude(agent_id="billing-agent").values_list("agent_id", flat=True):
+            counts[agent_id] = counts.get(agent_id, 0) + 1
+        return counts
+
+    page, few = inbox_queries(client, django_assert_max_num_queries)
+    assert agent_counts(page) == brute_force() == {"support-agent": 1, "support-supervisor": 1}
+    for i in range(6):
+        suspend("send-email", EMAIL, thread=f"t-n{i}", resource=f"r-{i % 2}")
+    page, many = inbox_queries(client, django_assert_max_num_queries)
+    assert agent_counts(page) == brute_force() == {"support-agent": 7, "support-supervisor": 1}
+    assert many == few
+    page, _ = inbox_queries(client, django_assert_max_num_queries, resource="r-1")
+    assert agent_counts(page) == brute_force(resource_id="r-1") == {"support-agent": 4, "support-supervisor": 1}
 
 
 # --- history ---------------------------------------------------------------------------------------
@@ -196,3 +244,38 @@ def test_history_shows_edited_args_as_a_diff_and_times_with_their_zone(reviewer)
     assert '<ins title="ran with">&lt;b&gt;bob&lt;/b&gt;</ins>' in page
     assert re.search(r"<time datetime=\"[^\"]+\">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>", page)
     assert 'data-label="Resource">ann</td>' in page
+
+
+def test_history_keeps_the_risk_the_reviewer_saw_after_the_tool_changes_its_declaration(
+    reviewer, admin_client_, monkeypatch
+):
+    """The trail is what happened: a tool re-declared later (here delete-record high → low, send-email
+    medium → high) does not rewrite the risk its decided calls showed, on the page, the admin or the CSV."""
+    import csv
+    import io
+
+    from agentrun import get_agent
+    from agentrun.models import Decision
+
+    client, _ = reviewer
+    deleted = suspend("delete-record", {"table": "orders", "id": 7}, thread="t-risk-del")
+    emailed = suspend("send-email", EMAIL, thread="t-risk-mail")
+    record_decision(agent_id="support-agent", run_id=deleted, kind="approve", decided_by="rita")
+    record_decision(agent_id="support-agent", run_id=emailed, kind="decline", decided_by="rita")
+    tools = get_agent("support-agent").tools
+    for tool_id, risk in (("delete-record", "low"), ("send-email", "high")):
+        monkeypatch.setattr(tools[tool_id], "risk", risk)
+        monkeypatch.setattr(tools[tool_id], "explicit_risk", risk)
+
+    page = client.get(reverse("approvals:history")).content.decode()
+    rows = re.findall(r'<tr data-decision-id="[^"]+" class="risk-(\w+)">.*?<code>([^<]+)</code>', page, re.S)
+    assert {tool: risk for risk, tool in rows} == {"delete-record": "high", "send-email": "medium"}
+    assert page.count('<span class="risk risk-high" title="risk">high risk</span>') == 1
+
+    admin, _ = admin_client_
+    response = admin.post(
+        reverse("admin:agentrun_decision_changelist"),
+        {"action": "export_decisions_csv", "_selected_action": list(Decision.objects.values_list("pk", flat=True))},
+    )
+    exported = {r["tool_name"]: r["risk"] for r in csv.DictReader(io.StringIO(response.content.decode()))}
+    assert exported == {"delete-record": "high", "send-email": "medium"}

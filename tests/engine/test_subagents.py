@@ -193,3 +193,45 @@ async def test_the_surfaced_call_carries_the_inner_tools_risk_and_binds_to_what_
     # The arguments that would run (the inner call's, as the dashboard shows them) are accepted.
     await collect(supervisor.approve_tool_call(run_id=outer_id, args_fingerprint=args_fingerprint(REFUND)))
     assert (await get_run(outer_id)).status == "completed"
+
+
+def _desk_with_two_risks():
+    """A supervisor whose sub-agent asks approval for a high-risk and a low-risk tool."""
+    from agentrun.engine.agents import Agent
+    from agentrun.engine.tools import tool
+
+    @tool(id="wire-money", requires_approval=True, risk="high")
+    async def wire_money(amount: float) -> dict:
+        return {"wired": amount}
+
+    @tool(id="tag-customer", requires_approval=True, risk="low")
+    async def tag_customer(tag: str) -> dict:
+        return {"tagged": tag}
+
+    payments = Agent(id="payments-agent", tools=[wire_money, tag_customer], model="directive")
+    return Agent(id="payments-desk", tools=[], agents=[payments], model="directive")
+
+
+@sync_to_async
+def _decision_risks() -> list[tuple[str, str, str]]:
+    return sorted(Decision.objects.values_list("tool_name", "via", "risk"))
+
+
+async def test_a_sub_agents_call_decided_through_its_supervisor_keeps_the_inner_calls_risk():
+    """The audit trail records the risk the reviewer saw on the surfaced call: the inner call's own, not
+    the riskiest tool the sub-agent has, whichever door decided it."""
+    desk = _desk_with_two_risks()
+    high = tool_line("agent-payments-agent", {"message": tool_line("wire-money", {"amount": 900})})
+    low = tool_line("agent-payments-agent", {"message": tool_line("tag-customer", {"tag": "vip"})})
+    wire_run, _ = await collect(desk.stream(high, memory={"thread": "t-wire", "resource": "u"}))
+    _, tag_chunks = await collect(desk.stream(low, memory={"thread": "t-tag", "resource": "u"}))
+    [surfaced] = of_type(tag_chunks, "tool-call-approval")
+
+    # The high-risk call on the supervisor's door, the low-risk one on the sub-agent's.
+    await collect(desk.approve_tool_call(run_id=wire_run.run_id, via="dashboard"))
+    await collect(get_agent("payments-agent").decline_tool_call(run_id=surfaced["payload"]["innerRunId"], via="api"))
+    assert await _decision_risks() == [
+        ("agent-payments-agent", "api", "low"),
+        ("agent-payments-agent", "dashboard", "high"),
+    ]
+    assert (await get_run(wire_run.run_id)).status == "completed"
