@@ -120,6 +120,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "max_size": _pool_max,
             "timeout": float(os.environ.get("AGENTRUN_DB_POOL_TIMEOUT", "30")),
         }
+        # A pooled connection may have died since it was last used (the database restarted): check it when
+        # it is handed out (an empty query, a round trip) rather than fail the request that gets it.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- channel layer ------------------------------------------------------------------------------
