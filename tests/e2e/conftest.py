@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -235,24 +236,47 @@ def run_python_api(coro_factory: Callable[[], Any]) -> Any:
         return pool.submit(in_thread).result(timeout=60)
 
 
+# --- helpers shared by the browser tests ----------------------------------------------------------
+EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
+DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 375, "height": 800}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_live(page: Any) -> None:
+    """The page's websocket to ws/approvals/ is open (the header's dot turns green)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator('body[data-live="on"]')).to_have_count(1)
+
+
+def call_card(page: Any, tool_call_id: str) -> Any:
+    return page.locator(f'.call[data-tool-call-id="{tool_call_id}"]')
+
+
+def start_run(agent_id: str, message: str, *, thread: str, resource: str = "cust-42") -> str:
+    """Start a run through the Python API and read it to its end (finished or suspended): its id."""
+    from agentrun import get_agent
+
+    async def go() -> str:
+        stream = await get_agent(agent_id).stream(message, memory={"thread": thread, "resource": resource})
+        await stream.collect()
+        return stream.run_id
+
+    return run_python_api(go)
+
+
 @pytest.fixture
 def suspend() -> Callable[..., tuple[str, str]]:
     """``suspend(tool_id, args, thread=...)`` → (run id, tool call id) of a run waiting on that call."""
     import json
 
-    from agentrun import get_agent
     from agentrun.models import SuspendedToolCall
 
     def _suspend(tool_id: str, args: dict, *, thread: str, resource: str = "cust-42") -> tuple[str, str]:
-        async def go() -> str:
-            stream = await get_agent("support-agent").stream(
-                f"/tool {tool_id} {json.dumps(args)}", memory={"thread": thread, "resource": resource}
-            )
-            async for _ in stream.full_stream:
-                pass
-            return stream.run_id
-
-        run_id = run_python_api(go)
+        run_id = start_run("support-agent", f"/tool {tool_id} {json.dumps(args)}", thread=thread, resource=resource)
         call = SuspendedToolCall.objects.get(run_id=run_id, status="open")
         return run_id, call.tool_call_id
 

@@ -15,17 +15,20 @@ from django.urls import reverse
 from playwright.sync_api import expect
 
 from agentrun.models import Decision, Run, SuspendedToolCall, ToolEffect, args_fingerprint
-from tests.e2e.conftest import run_python_api, screenshot
+from tests.e2e.conftest import (
+    DESKTOP,
+    EMAIL,
+    PHONE,
+    call_card,
+    screenshot,
+    start_run,
+    unique,
+    wait_live,
+)
 
 pytestmark = pytest.mark.e2e
 
-EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
 SUB_AGENT_REFUND = '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"o-1\\", \\"amount\\": 5}"}'
-DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 375, "height": 800}
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def odd_thread(prefix: str) -> str:
@@ -35,25 +38,6 @@ def odd_thread(prefix: str) -> str:
 
 def thread_url(thread: str) -> str:
     return reverse("approvals:thread", args=[thread])
-
-
-def call_card(page, tool_call_id: str):
-    return page.locator(f'.call[data-tool-call-id="{tool_call_id}"]')
-
-
-def wait_live(page) -> None:
-    expect(page.locator('body[data-live="on"]')).to_have_count(1)
-
-
-def start(agent_id: str, message: str, *, thread: str, resource: str = "cust-42") -> str:
-    from agentrun import get_agent
-
-    async def go() -> str:
-        stream = await get_agent(agent_id).stream(message, memory={"thread": thread, "resource": resource})
-        await stream.collect()
-        return stream.run_id
-
-    return run_python_api(go)
 
 
 def wait_final(run_id: str, timeout: float = 10.0) -> Run:
@@ -133,7 +117,7 @@ def test_a_stale_card_is_refused_and_shows_the_current_arguments(login, suspend)
 # --- 3 (defect). A sub-agent's call is one card, one decision -------------------------------------------
 def test_a_sub_agent_call_is_one_card_and_one_decision(login):
     thread = odd_thread("t-sub")
-    run_id = start("support-supervisor", SUB_AGENT_REFUND, thread=thread)
+    run_id = start_run("support-supervisor", SUB_AGENT_REFUND, thread=thread)
     outer = SuspendedToolCall.objects.get(run_id=run_id, status="open")
     page = login("rita")
     page.goto(thread_url(thread))
@@ -292,7 +276,7 @@ def test_approve_all_lists_the_calls_once_then_decides_exactly_those(login, susp
     thread = odd_thread("t-batch")
     email_run, email_call = suspend("send-email", EMAIL, thread=thread)
     delete_run, delete_call = suspend("delete-record", {"table": "users", "id": 7}, thread=thread)
-    sub_run = start("support-supervisor", SUB_AGENT_REFUND, thread=thread)
+    sub_run = start_run("support-supervisor", SUB_AGENT_REFUND, thread=thread)
     ask_run, ask_call = suspend("ask-user", {"question": "Which city?"}, thread=thread)
     page = login("rita", **PHONE)
     page.goto(thread_url(thread))

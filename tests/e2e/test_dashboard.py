@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 
 import pytest
 from playwright.sync_api import expect
 
 from agentrun.models import Decision, Message, Run, ToolEffect
+from tests.e2e.conftest import EMAIL, call_card, unique, wait_live
 
 pytestmark = pytest.mark.e2e
-
-EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_live(page) -> None:
-    """The page's websocket to ws/approvals/ is open (the header's dot turns green)."""
-    expect(page.locator('body[data-live="on"]')).to_have_count(1)
-
-
-def call_card(page, tool_call_id: str):
-    return page.locator(f'[data-tool-call-id="{tool_call_id}"]')
 
 
 def final_text(run_id: str) -> str:

@@ -10,35 +10,13 @@ import pytest
 from playwright.sync_api import expect
 
 from agentrun.models import Decision, SuspendedToolCall
-from tests.e2e.conftest import run_python_api
+from tests.e2e.conftest import EMAIL, run_python_api, start_run, unique, wait_live
 
 pytestmark = pytest.mark.e2e
 
-EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_live(page) -> None:
-    expect(page.locator('body[data-live="on"]')).to_have_count(1)
-
-
-def start(agent_id: str, message: str, *, thread: str, resource: str) -> str:
-    from agentrun import get_agent
-
-    async def go() -> str:
-        stream = await get_agent(agent_id).stream(message, memory={"thread": thread, "resource": resource})
-        async for _ in stream.full_stream:
-            pass
-        return stream.run_id
-
-    return run_python_api(go)
-
 
 def suspend(tool_id: str, args: dict, *, thread: str, resource: str = "cust-42") -> tuple[str, str]:
-    run_id = start("support-agent", f"/tool {tool_id} {json.dumps(args)}", thread=thread, resource=resource)
+    run_id = start_run("support-agent", f"/tool {tool_id} {json.dumps(args)}", thread=thread, resource=resource)
     return run_id, SuspendedToolCall.objects.get(run_id=run_id, status="open").tool_call_id
 
 

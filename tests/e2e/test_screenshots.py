@@ -14,24 +14,9 @@ import pytest
 from playwright.sync_api import expect
 
 from agentrun.models import Run, SuspendedToolCall
-from tests.e2e.conftest import run_python_api, screenshot
+from tests.e2e.conftest import DESKTOP, PHONE, run_python_api, screenshot, start_run
 
 pytestmark = pytest.mark.e2e
-
-DESKTOP = {"width": 1280, "height": 900}
-PHONE = {"width": 375, "height": 800}
-
-
-def stream(agent_id: str, message: str, *, thread: str, resource: str) -> str:
-    from agentrun import get_agent
-
-    async def go() -> str:
-        s = await get_agent(agent_id).stream(message, memory={"thread": thread, "resource": resource})
-        async for _ in s.full_stream:
-            pass
-        return s.run_id
-
-    return run_python_api(go)
 
 
 def tool_lines(*calls: tuple[str, dict]) -> str:
@@ -77,7 +62,7 @@ def test_screenshots_of_every_page(login):
     tag = uuid.uuid4().hex[:4]
     order_thread = f"order-1017-{tag}"
     # Decided first, so that the history holds them and the run page shows an edited call.
-    edited_run = stream(
+    edited_run = start_run(
         "support-agent",
         tool_lines(("send-email", {"to": "ada@example.com", "subject": "Your refund", "body": "It is on its way."})),
         thread=f"refunds-{tag}",
@@ -89,7 +74,7 @@ def test_screenshots_of_every_page(login):
         "approve",
         args={"to": "ada.lovelace@example.com", "subject": "Your refund of 25.50 EUR", "body": "It is on its way."},
     )
-    declined = stream(
+    declined = start_run(
         "support-agent",
         tool_lines(("delete-record", {"table": "users", "id": 7})),
         thread=f"gdpr-{tag}",
@@ -97,7 +82,7 @@ def test_screenshots_of_every_page(login):
     )
     decide("support-agent", declined, "decline", reason="Legal hold: keep until the audit is closed.")
     # What waits.
-    stream(
+    start_run(
         "support-agent",
         tool_lines(
             ("delete-record", {"table": "orders", "id": 1017}),
@@ -109,13 +94,13 @@ def test_screenshots_of_every_page(login):
         thread=order_thread,
         resource="customer-7",
     )
-    stream(
+    start_run(
         "support-supervisor",
         '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"A-881\\", \\"amount\\": 25.5}"}',
         thread=order_thread,
         resource="customer-7",
     )
-    stream(
+    start_run(
         "support-agent",
         tool_lines(("ask-user", {"question": "Which city should we ship the replacement to?"})),
         thread=f"travel-{tag}",
