@@ -44,7 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument(
-        "--held", action="store_true", help="keep another ws/runs socket open on web A throughout (a busy web process)"
+        "--held", action="store_true", help="hold another ws/runs socket on web A throughout (never idle)"
     )
     args = parser.parse_args()
     pg = os.environ.get("BENCH_PG") or "postgres://postgres@127.0.0.1:5432/postgres"
