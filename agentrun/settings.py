@@ -130,7 +130,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "BACKEND": "agentrun.channel_layer.AwakePubSubChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL]},
         }
     }
