@@ -17,7 +17,7 @@ _EXPORTS = {
     "list_agents": ("agentrun.engine.agents", "all_agents"),
     "tool": ("agentrun.engine.tools", "tool"),
     "ToolContext": ("agentrun.engine.tools", "ToolContext"),
-    "AgentRunError": ("agentrun.errors", "AgentRunError"),
+    "AgentRunError": ("agentrun.core.errors", "AgentRunError"),
 }
 
 
@@ -35,8 +35,8 @@ def _ensure_django() -> None:
 async def get_run(run_id: str) -> Any:
     """The run (``.status``, ``.last_error``, ``.to_dict()``), or ``AgentRunError(RUN_NOT_FOUND)``."""
     _ensure_django()
-    from agentrun.errors import AgentRunError
-    from agentrun.models import Run
+    from agentrun.core.errors import AgentRunError
+    from agentrun.core.models import Run
 
     try:
         return await Run.objects.aget(pk=run_id)

@@ -17,22 +17,24 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agentrun.access import CANCEL_PERMISSION, can_decide, in_agent_scope
-from agentrun.engine.decisions import cancel_run
-from agentrun.engine.service import decide_tool_call
-from agentrun.errors import AgentRunError
-from agentrun.models import (
+from agentrun.core.access import CANCEL_PERMISSION, can_decide, can_decide_agent, in_agent_scope
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import (
     BackgroundTask,
     Decision,
     Message,
+    OutboxEvent,
     Run,
     RunChunk,
     RunStep,
     Snapshot,
+    StandingGrant,
     SuspendedToolCall,
     Thread,
     ToolEffect,
 )
+from agentrun.engine.decisions import cancel_run
+from agentrun.engine.service import decide_tool_call
 
 
 def admin_link(model: str, pk: Any, text: Any = None) -> str:
@@ -347,6 +349,65 @@ class BackgroundTaskAdmin(RunLinkMixin, ViewOnlyAdmin):
     date_hierarchy = "created_at"
     list_select_related = ["run"]
     raw_id_fields = ["run"]
+
+
+# --- standing grants ----------------------------------------------------------------------------
+@admin.action(description="Revoke selected grants")
+def revoke_grants(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    revoked = 0
+    for grant in queryset.filter(revoked_at__isnull=True):
+        if not can_decide_agent(request.user, grant.agent_id):
+            messages.error(request, f"{grant.id}: you may not decide {grant.agent_id}'s calls.")
+            continue
+        revoked += StandingGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now(), revoked_by_username=request.user.get_username()
+        )
+    if revoked:
+        messages.success(request, f"Revoked {revoked} grant(s).")
+
+
+@admin.register(StandingGrant)
+class StandingGrantAdmin(admin.ModelAdmin):
+    """Grants are part of the audit trail: added here or from a call card, revoked, never edited or deleted."""
+
+    list_display = [
+        "id",
+        "tool_name",
+        "agent_id",
+        "scope",
+        "scope_id",
+        "created_by_username",
+        "expires_at",
+        "revoked_at",
+    ]
+    list_filter = ["agent_id", "tool_name", "scope"]
+    search_fields = ["id", "scope_id", "tool_name", "created_by_username"]
+    date_hierarchy = "created_at"
+    fields = ["agent_id", "tool_name", "scope", "scope_id", "expires_at"]
+    actions = [revoke_grants]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in StandingGrant._meta.fields] if obj is not None else []
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in StandingGrant._meta.fields] if obj is not None else self.fields
+
+    def save_model(self, request: HttpRequest, obj: StandingGrant, form: Any, change: bool) -> None:
+        if not change:
+            obj.created_by = request.user
+            obj.created_by_username = request.user.get_username()
+        super().save_model(request, obj, form, change)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(ViewOnlyAdmin):
+    list_display = ["id", "type", "agent_id", "run_id", "created_at", "handled_at"]
+    list_filter = ["type", "agent_id"]
+    search_fields = ["id", "run_id"]
+    date_hierarchy = "created_at"
 
 
 def _register_the_rest() -> None:

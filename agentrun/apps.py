@@ -4,18 +4,18 @@ import importlib
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.db.models.signals import post_migrate
 
 
 class AgentrunConfig(AppConfig):
+    """The project package as an app: what sits above the engine and needs Django's app loading — the
+    admin (``agentrun.admin``), the management commands, and the configured agents. The tables belong
+    to ``agentrun.core`` (app label ``agentrun``)."""
+
     name = "agentrun"
-    verbose_name = "Agent runs"
-    default_auto_field = "django.db.models.BigAutoField"
+    label = "agentrun_site"
+    verbose_name = "agentrun"
 
     def ready(self) -> None:
-        from agentrun.access import ensure_groups
-
-        post_migrate.connect(ensure_groups, sender=self, dispatch_uid="agentrun.ensure_groups")
         load_configured_agents()
 
 

@@ -18,7 +18,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from agentrun.engine import runtime, sweeper  # noqa: E402
 from agentrun.routing import websocket_urlpatterns  # noqa: E402
-from agentrun.ws_auth import AuthStack  # noqa: E402
+from agentrun.ws.auth import AuthStack  # noqa: E402
 
 router = ProtocolTypeRouter(
     {

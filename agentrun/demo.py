@@ -8,9 +8,9 @@ from typing import Annotated, Any
 import pydantic
 from asgiref.sync import sync_to_async
 
+from agentrun.core.models import ToolEffect
 from agentrun.engine.agents import Agent
 from agentrun.engine.tools import ToolContext, tool
-from agentrun.models import ToolEffect
 
 
 @sync_to_async

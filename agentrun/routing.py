@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from agentrun.consumers import AgentConsumer, RunStreamConsumer
+from agentrun.ws.consumers import AgentConsumer, RunStreamConsumer
 from approvals.consumers import ApprovalsFeedConsumer
 
 websocket_urlpatterns = [

@@ -58,7 +58,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "channels",
     "django_tasks_db",
-    "agentrun",
+    "agentrun.core",  # the tables (app label "agentrun")
+    "agentrun",  # the admin, management commands, configured agents
     "approvals",
     "notifications",
 ]
@@ -130,7 +131,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "agentrun.channel_layer.AwakePubSubChannelLayer",
+            "BACKEND": "agentrun.server.channel_layer.AwakePubSubChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL]},
         }
     }
@@ -141,7 +142,7 @@ else:
 TASKS = {
     "default": {
         # Embedded default: in the server process. Production: "django_tasks_db.DatabaseBackend".
-        "BACKEND": os.environ.get("AGENTRUN_TASK_BACKEND", "agentrun.tasks_backend.InProcessBackend"),
+        "BACKEND": os.environ.get("AGENTRUN_TASK_BACKEND", "agentrun.server.tasks_backend.InProcessBackend"),
         # "default": the engine's continuations and background tool calls; "notifications": webhook
         # deliveries and email (production runs a worker of its own for it: a slow receiver never
         # holds a continuation back).
@@ -149,8 +150,8 @@ TASKS = {
     }
 }
 
-# Django's model backend, with a person's permissions read in one query (see agentrun.access).
-AUTHENTICATION_BACKENDS = ["agentrun.access.PermissionBackend"]
+# Django's model backend, with a person's permissions read in one query (see agentrun.core.access).
+AUTHENTICATION_BACKENDS = ["agentrun.core.access.PermissionBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -192,11 +193,11 @@ SPECTACULAR_SETTINGS = {
     # "events") by hash (ObjectF31Enum) and warns (drf_spectacular.W001), which fails
     # `check --deploy --fail-level WARNING` in scripts/production.sh.
     "ENUM_NAME_OVERRIDES": {
-        "RunStatusEnum": "agentrun.models.Run.Status",
-        "StepStatusEnum": "agentrun.models.RunStep.Status",
-        "StepTypeEnum": "agentrun.models.RunStep.Type",
+        "RunStatusEnum": "agentrun.core.models.Run.Status",
+        "StepStatusEnum": "agentrun.core.models.RunStep.Status",
+        "StepTypeEnum": "agentrun.core.models.RunStep.Type",
         "BackgroundTaskStatusEnum": "agentrun.api.views.BACKGROUND_TASK_STATUSES",
-        "EventTypeEnum": "agentrun.events.EVENT_TYPES",
+        "EventTypeEnum": "agentrun.core.outbox.EVENT_TYPES",
         "ListObjectEnum": ["list"],
         "RunObjectEnum": ["thread.run"],
         "StepObjectEnum": ["thread.run.step"],
@@ -237,7 +238,7 @@ def _agent_reviewers() -> dict[str, list[str]]:
 
 
 # Per-agent reviewers: agent id → the groups that may see and decide its runs and calls (superusers
-# always may). Agents not named are open to anyone with the global permission. See agentrun.access.
+# always may). Agents not named are open to anyone with the global permission. See agentrun.core.access.
 AGENTRUN_AGENT_REVIEWERS = _agent_reviewers()
 
 LOGGING = {
@@ -252,7 +253,7 @@ AGENTRUN_BACKGROUND_CONCURRENCY = int(os.environ.get("AGENTRUN_BACKGROUND_CONCUR
 AGENTRUN_LEASE_SECONDS = float(os.environ.get("AGENTRUN_LEASE_SECONDS", "30"))
 AGENTRUN_SWEEP_SECONDS = float(os.environ.get("AGENTRUN_SWEEP_SECONDS", "5"))
 # SIGTERM: how long a web process lets requests in flight finish (websockets are closed with 1001 at
-# once), and a worker its task in progress, before leaving (agentrun.daphne_ws, agentrun_worker).
+# once), and a worker its task in progress, before leaving (agentrun.server.web, agentrun_worker).
 AGENTRUN_DRAIN_SECONDS = float(os.environ.get("AGENTRUN_DRAIN_SECONDS", "10"))
 # ws/runs: a subscriber with more live chunks than this waiting for it (it reads slower than the run
 # produces) is closed with 4008 "resume after=<seq>" and reconnects with ?after=<seq>.

@@ -15,7 +15,7 @@ urlpatterns = [
     path("approvals/", include("notifications.urls")),  # decision links, email settings, grants
     path("approvals/", include("approvals.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("", include("agentrun.health")),  # /healthz: database, channel layer, workers seen recently
+    path("", include("agentrun.server.health")),  # /healthz: database, channel layer, workers seen recently
     # Pages without our <link rel="icon"> (the admin, the API docs) make browsers ask for /favicon.ico.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", RedirectView.as_view(url="/approvals/", permanent=False)),

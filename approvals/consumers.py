@@ -8,8 +8,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from agentrun.access import can_view, hidden_agent_ids
-from agentrun.fanout import APPROVALS_GROUP
+from agentrun.core.access import can_view, hidden_agent_ids
+from agentrun.core.fanout import APPROVALS_GROUP
 
 
 class ApprovalsFeedConsumer(AsyncWebsocketConsumer):

@@ -1,6 +1,6 @@
 """Reads behind the reviewer pages. Each page is a fixed, small number of queries (no N+1).
 
-Every read takes ``hidden``: the agents the reader is outside of (``agentrun.access.hidden_agent_ids``),
+Every read takes ``hidden``: the agents the reader is outside of (``agentrun.core.access.hidden_agent_ids``),
 whose runs, calls, messages and decisions it leaves out.
 """
 
@@ -13,11 +13,11 @@ from typing import Any
 from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Decision, Message, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
+from agentrun.core.selectors import decision_history, waiting_runs_by_agent
 from agentrun.engine.agents import get_agent
 from agentrun.engine.registry import all_agents
-from agentrun.errors import AgentRunError
-from agentrun.models import Decision, Message, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
-from agentrun.selectors import decision_history, waiting_runs_by_agent
 from approvals.resume_form import ResumeField, build_fields
 
 OPEN = SuspendedToolCall.Status.OPEN
@@ -130,7 +130,7 @@ def inbox_rows(*, newest_first: bool = False, **filters: Any) -> list[InboxRow]:
 def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset()) -> dict[str, list]:
     """The filter menus (agents, resources, tools among waiting calls; one query) and the runs waiting
     per registered agent the reader may see, for the chosen resource: the listing's exact totals, from
-    the snapshot counters (``agentrun.selectors.waiting_runs_by_agent``: one query, whatever the number
+    the snapshot counters (``agentrun.core.selectors.waiting_runs_by_agent``: one query, whatever the number
     of runs). The tool and risk filters narrow the rows, not these counts."""
     combos = inbox_open_calls(hidden=hidden).values_list("run__agent_id", "run__resource_id", "tool_name").distinct()
     agents, resources, tools = set(), set(), set()
@@ -358,7 +358,7 @@ def decisions_for_calls(tool_call_ids: list[str], hidden: frozenset[str] = froze
 
 
 def history_decisions(*, hidden: frozenset[str] = frozenset(), **filters: Any) -> QuerySet[Decision]:
-    """The history page's decisions: the one audit-trail filter (``agentrun.selectors.decision_history``,
+    """The history page's decisions: the one audit-trail filter (``agentrun.core.selectors.decision_history``,
     also behind ``GET /api/decisions``), newest first, with the run's resource for its column."""
     decisions = decision_history(hidden=hidden, **filters)
     return decisions.annotate(resource_id=F("run__resource_id")).order_by("-decided_at", "-id")

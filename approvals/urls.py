@@ -4,7 +4,7 @@ from urllib.parse import quote, urlencode
 
 from django.urls import path, reverse
 
-import agentrun.converters  # noqa: F401 - registers <anyid:>
+import agentrun.core.converters  # noqa: F401 - registers <anyid:>
 from approvals import views
 
 app_name = "approvals"
@@ -17,6 +17,9 @@ urlpatterns = [
     path("runs/<str:run_id>/calls/<anyid:tool_call_id>/decide", views.decide_call, name="decide"),
     path("decide-all", views.decide_all, name="decide-all"),
     path("history/", views.history, name="history"),
+    path("grants/", views.grant_list, name="grants"),
+    path("grants/new", views.grant_create, name="grant-create"),
+    path("grants/<str:grant_id>/revoke", views.grant_revoke, name="grant-revoke"),
 ]
 
 # Path segments a browser folds away ("a/./b" is "a/b"), "%2e" spellings included: such ids go in the query.

@@ -1,6 +1,7 @@
-"""Reviewer pages (CONTRACT §6). Function views; htmx requests get the page's partial section.
+"""Reviewer pages (CONTRACT §6): the inbox, thread and run pages, history, standing grants. Function
+views; htmx requests get the page's partial section.
 
-Per-agent reviewers (``agentrun.access``): a hidden agent's runs are 404 and absent from the inbox,
+Per-agent reviewers (``agentrun.core.access``): a hidden agent's runs are 404 and absent from the inbox,
 thread pages and history; a decision on a call the user may not decide is 403.
 """
 
@@ -10,6 +11,7 @@ import json
 from functools import wraps
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -18,17 +20,17 @@ from django.db.models import F
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
-from agentrun.access import can_decide, can_decide_agent, can_view, hidden_agent_ids
+from agentrun.core.access import can_decide, can_decide_agent, can_view, hidden_agent_ids
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Decision, Run, SuspendedToolCall, Thread
+from agentrun.core.selectors import decision_history
 from agentrun.engine.service import DecisionRequest, decide_tool_call, decide_tool_calls
-from agentrun.errors import AgentRunError
-from agentrun.models import Decision, Run, SuspendedToolCall, Thread
-from agentrun.selectors import decision_history
-from approvals import selectors
+from approvals import grants, selectors
 from approvals.resume_form import attach_engine_errors, json_error, parse_resume_form
 from approvals.selectors import OpenCallView
 
@@ -442,3 +444,75 @@ def history(request: HtmxHttpRequest) -> HttpResponse:
         "query": query.urlencode(),
     }
     return _page(request, "approvals/history.html", "decisions", context)
+
+
+# --- standing grants ------------------------------------------------------------------------------
+@require_POST
+@viewer_required
+def grant_create(request: HtmxHttpRequest) -> HttpResponse:
+    """The call card's "always approve" form: approve this call and grant its tool from now on. On a
+    high-risk call this approval takes the same second step as the card's Approve (nothing is decided
+    or granted until the confirmation comes back; "cancel" leaves it)."""
+    run_id, tool_call_id = request.POST.get("run_id", ""), request.POST.get("tool_call_id", "")
+    agent_id = Run.objects.filter(pk=run_id).values_list("agent_id", flat=True).first()
+    if agent_id is None or not can_decide_agent(request.user, agent_id):
+        raise PermissionDenied("You may not decide this agent's tool calls.")
+    call = SuspendedToolCall.objects.select_related("run").filter(run_id=run_id, tool_call_id=tool_call_id).first()
+    expires_in, scope = request.POST.get("expires_in", ""), request.POST.get("scope", "")
+    context: dict[str, Any] = {"tool_call_id": tool_call_id, "run_id": run_id}
+    try:
+        if call is None:
+            raise AgentRunError("TOOL_CALL_NOT_SUSPENDED", "This call no longer waits.")
+        view = selectors.open_call_views([call])[0]
+        if request.POST.get("action") == "cancel":  # leave the confirmation step: the card as it was
+            return card_response(request, view)
+        seconds = float(expires_in) if expires_in else None
+        view.grant = grants.grant_for_call(user=request.user, call=call, scope=scope, expires_in=seconds)
+        view.grant_expires_in = expires_in
+        if asking := ask_high_risk_confirmation(request, view, "grant"):
+            return asking
+        grant, outcome = grants.grant_from_call(
+            user=request.user,
+            call=call,
+            scope=scope,
+            expires_in=seconds,
+            args_fingerprint=request.POST.get("args_fingerprint") or None,
+        )
+    except ValueError:
+        context["error"] = "Choose how long the grant lasts."
+    except AgentRunError as exc:
+        if exc.code == "PERMISSION_DENIED":
+            raise PermissionDenied(exc.message) from exc
+        context["error"] = f"Nothing was granted. {exc.message}"
+    else:
+        context |= {"grant": grant, "decision": outcome.decision}
+    status = 409 if "error" in context else 200
+    if request.htmx:
+        return render(request, "approvals/_granted.html", context, status=status)
+    if "error" in context:
+        messages.error(request, context["error"])
+    else:
+        messages.success(request, f"Approved; from now on: {grant.describe()}.")
+    return redirect("approvals:grants")
+
+
+@require_http_methods(["GET"])
+@vary_on_headers("HX-Request")
+@viewer_required
+def grant_list(request: HtmxHttpRequest) -> HttpResponse:
+    rows = [(g, grants.can_revoke(request.user, g)) for g in grants.visible_grants(request.user)[:200]]
+    return render(request, "approvals/grants.html", {"rows": rows})
+
+
+@require_POST
+@viewer_required
+def grant_revoke(request: HtmxHttpRequest, grant_id: str) -> HttpResponse:
+    grant = get_object_or_404(grants.visible_grants(request.user), pk=grant_id)
+    if not grants.can_revoke(request.user, grant):
+        raise PermissionDenied("You may not revoke this agent's grants.")
+    grants.revoke(user=request.user, grant=grant)
+    grant.refresh_from_db()
+    if request.htmx:
+        return render(request, "approvals/grants.html#row", {"grant": grant, "can_revoke": True})
+    messages.success(request, f"Revoked: {grant.describe()}.")
+    return redirect("approvals:grants")

@@ -69,7 +69,7 @@ def child(mode: str, runs: int) -> None:
     call_command("flush", interactive=False, verbosity=0)  # a PostgreSQL database is not thrown away
     from django.db import connection
 
-    from agentrun.models import OutboxEvent, Run
+    from agentrun.core.models import OutboxEvent, Run
     from notifications.delivery import notifier
     from notifications.models import WebhookEndpoint
 

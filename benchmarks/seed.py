@@ -69,14 +69,14 @@ async def _template_run() -> str:
 
 
 def _models() -> list:
-    from agentrun.models import Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall
+    from agentrun.core.models import Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall
 
     return [Run, RunStep, Message, RunChunk, Snapshot, SuspendedToolCall]  # parents before children
 
 
 def _template_ids(run_id: str) -> list[str]:
     """Every id of the template's rows, as it may appear in a column or a JSON payload."""
-    from agentrun.models import Message, RunStep, SuspendedToolCall
+    from agentrun.core.models import Message, RunStep, SuspendedToolCall
 
     ids = [run_id]
     ids += RunStep.objects.filter(run_id=run_id).values_list("id", flat=True)
@@ -89,7 +89,7 @@ def _select(model, ids: list[str], threads: int, resources: int) -> tuple[list[s
     """The columns of ``model`` to insert and the expression of each, for clone ``g``."""
     from django.db import models
 
-    from agentrun.models import Thread
+    from agentrun.core.models import Thread
 
     thread = f"'bench-thread-' || mod(g, {threads})"
     resource = f"'bench-user-' || mod(mod(g, {threads}), {resources})"
@@ -124,7 +124,7 @@ def seed(n: int, report: Callable[[str], None] = print) -> None:
     """Fill the configured (empty, migrated) PostgreSQL database with ``n`` suspended runs."""
     from django.db import connection, transaction
 
-    from agentrun.models import Run
+    from agentrun.core.models import Run
 
     started = time.perf_counter()
     template = asyncio.run(_template_run())

@@ -29,20 +29,20 @@ async def measure(words: int) -> dict:
     from django.contrib.auth.models import User
     from rest_framework.authtoken.models import Token
 
-    from agentrun.access import ensure_groups
     from agentrun.asgi import application
-    from agentrun.engine import store
+    from agentrun.core.access import ensure_groups
     from agentrun.engine.agents import get_agent
+    from agentrun.engine.chunklog import ChunkLog
 
     flushes = {"n": 0}
-    original = store.ChunkLog.flush_sync
+    original = ChunkLog.flush_sync
 
     def counting_flush(self):  # noqa: ANN001, ANN202
         if self.buffer:
             flushes["n"] += 1
         return original(self)
 
-    store.ChunkLog.flush_sync = counting_flush
+    ChunkLog.flush_sync = counting_flush
 
     @sync_to_async
     def token() -> str:

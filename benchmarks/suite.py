@@ -76,7 +76,7 @@ def rss_mib(pid: int) -> float:
 
 # --- in-process ----------------------------------------------------------------------------------
 def python_listing(repeat: int) -> dict:
-    from agentrun.selectors import list_suspended_runs
+    from agentrun.core.selectors import list_suspended_runs
 
     return {
         "python_unfiltered": timed(
@@ -89,7 +89,7 @@ def reviewer_token() -> str:
     from django.contrib.auth.models import Group, User
     from rest_framework.authtoken.models import Token
 
-    from agentrun.access import REVIEWERS, ensure_groups
+    from agentrun.core.access import REVIEWERS, ensure_groups
 
     ensure_groups()
     user, _ = User.objects.get_or_create(username="bench-reviewer")
@@ -119,7 +119,7 @@ class Topology:
 def rest_listing(top: Topology, token: str, repeat: int) -> dict:
     import requests
 
-    from agentrun.models import Snapshot
+    from agentrun.core.models import Snapshot
 
     newest = Snapshot.objects.filter(agent_id="support-agent").order_by("-created_at", "-run_id").first()
     base = f"http://127.0.0.1:{top.port_a}/api/agents/support-agent/suspended-runs"
@@ -142,8 +142,8 @@ def rest_unpaged(top: Topology, token: str, n: int) -> dict:
     """The unpaged listing of min(N, 50k) runs (a fromDate bound picks the newest): first byte, total, RSS."""
     import requests
 
-    from agentrun.models import Snapshot
-    from agentrun.timeutil import iso
+    from agentrun.core.models import Snapshot
+    from agentrun.core.timeutil import iso
 
     matching = min(n, UNPAGED_RUNS)
     bound = (
@@ -238,7 +238,7 @@ async def fanout(top: Topology, token: str, words: int) -> dict:
     """A run of ``words`` text-delta chunks to 10 ws/runs subscribers, half on each server."""
     import websockets
 
-    from agentrun.models import Run
+    from agentrun.core.models import Run
 
     text = " ".join(f"w{i}" for i in range(words))
     driver_url = f"ws://127.0.0.1:{top.port_b}/ws/agents/support-agent/?token={token}"

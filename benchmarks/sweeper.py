@@ -61,9 +61,9 @@ def run(args: argparse.Namespace) -> None:
     from django.core.management import call_command
     from django.db import connection, transaction
 
-    from agentrun.engine import store
+    from agentrun.core.models import Run, Thread
+    from agentrun.engine import lease
     from agentrun.engine.decisions import due_runs, expire_due_runs
-    from agentrun.models import Run, Thread
     from tests.engine.test_sweeper import make_due, make_stalled
     from tests.factories import bulk_suspended_runs
 
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> None:
                 with connection.cursor() as cursor:
                     for name in INDEXES:
                         cursor.execute(f'DROP INDEX "{name}"')
-            stalled = timed(store.claim_stalled_runs)
+            stalled = timed(lease.claim_stalled_runs)
             due = timed(lambda: list(due_runs(100)))
             expiry = timed(expire_due_runs)
             transaction.set_rollback(True)

@@ -1,5 +1,5 @@
-"""Admin: webhook endpoints, the delivery log (with "resend"), standing grants (revocable), preferences,
-and read-only views of the outbox, email notices and decision links."""
+"""Admin: webhook endpoints, the delivery log (with "resend"), preferences, and read-only views of email
+notices and decision links. (Standing grants and the outbox are agentrun's models: ``agentrun.admin``.)"""
 
 from __future__ import annotations
 
@@ -9,18 +9,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 
-from agentrun.access import can_decide_agent
-from agentrun.events import EVENT_TYPES
-from agentrun.models import OutboxEvent, StandingGrant
+from agentrun.core.outbox import EVENT_TYPES
 from notifications import delivery, signatures
 from notifications.models import DecisionLink, EmailNotice, NotificationPreference, WebhookDelivery, WebhookEndpoint
-
-# agentrun's admin registers every model of its app it has no admin for; these have theirs here.
-for _model in (OutboxEvent, StandingGrant):
-    if admin.site.is_registered(_model):
-        admin.site.unregister(_model)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -116,57 +108,6 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
         return request.user.has_perm("notifications.change_webhookdelivery")
 
 
-# --- standing grants ----------------------------------------------------------------------------
-@admin.action(description="Revoke selected grants")
-def revoke_grants(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
-    revoked = 0
-    for grant in queryset.filter(revoked_at__isnull=True):
-        if not can_decide_agent(request.user, grant.agent_id):
-            messages.error(request, f"{grant.id}: you may not decide {grant.agent_id}'s calls.")
-            continue
-        revoked += StandingGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now(), revoked_by_username=request.user.get_username()
-        )
-    if revoked:
-        messages.success(request, f"Revoked {revoked} grant(s).")
-
-
-@admin.register(StandingGrant)
-class StandingGrantAdmin(admin.ModelAdmin):
-    """Grants are part of the audit trail: added here or from a call card, revoked, never edited or deleted."""
-
-    list_display = [
-        "id",
-        "tool_name",
-        "agent_id",
-        "scope",
-        "scope_id",
-        "created_by_username",
-        "expires_at",
-        "revoked_at",
-    ]
-    list_filter = ["agent_id", "tool_name", "scope"]
-    search_fields = ["id", "scope_id", "tool_name", "created_by_username"]
-    date_hierarchy = "created_at"
-    fields = ["agent_id", "tool_name", "scope", "scope_id", "expires_at"]
-    actions = [revoke_grants]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in StandingGrant._meta.fields] if obj is not None else []
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in StandingGrant._meta.fields] if obj is not None else self.fields
-
-    def save_model(self, request: HttpRequest, obj: StandingGrant, form: Any, change: bool) -> None:
-        if not change:
-            obj.created_by = request.user
-            obj.created_by_username = request.user.get_username()
-        super().save_model(request, obj, form, change)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 # --- the rest: read-only --------------------------------------------------------------------------
 @admin.register(NotificationPreference)
 class NotificationPreferenceAdmin(admin.ModelAdmin):
@@ -174,14 +115,6 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
     list_filter = ["email"]
     search_fields = ["user__username", "user__email"]
     raw_id_fields = ["user"]
-
-
-@admin.register(OutboxEvent)
-class OutboxEventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "type", "agent_id", "run_id", "created_at", "handled_at"]
-    list_filter = ["type", "agent_id"]
-    search_fields = ["id", "run_id"]
-    date_hierarchy = "created_at"
 
 
 @admin.register(EmailNotice)

@@ -18,8 +18,8 @@ from agentrun.api.http import ApiView, check_text
 from agentrun.api.pagination import cursor_page
 from agentrun.api.serializers import ErrorSerializer, list_of
 from agentrun.api.views import CURSOR_PARAMS
-from agentrun.errors import AgentRunError
-from agentrun.events import EVENT_TYPES
+from agentrun.core.errors import AgentRunError
+from agentrun.core.outbox import EVENT_TYPES
 from notifications import signatures
 from notifications.models import WebhookDelivery, WebhookEndpoint
 

@@ -13,11 +13,11 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from agentrun import events
+        from agentrun.core import outbox
         from notifications.delivery import notifier
         from notifications.models import NotificationPreference, WebhookEndpoint
 
-        events.add_listener(notifier)
+        outbox.add_listener(notifier)
         # Who subscribes changed in this process: the listener's view is read again at once.
         for model in (WebhookEndpoint, NotificationPreference, settings.AUTH_USER_MODEL):
             for signal in (post_save, post_delete):

@@ -36,7 +36,7 @@ from django.db import transaction
 from django.tasks import task
 from django.utils import timezone
 
-from agentrun.models import OutboxEvent
+from agentrun.core.models import OutboxEvent
 from notifications import emails, payloads, signatures
 from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
 
@@ -249,7 +249,7 @@ def sweep() -> None:
 
 # --- the listener -------------------------------------------------------------------------------
 class Notifier:
-    """``agentrun.events``'s listener (registered by ``NotificationsConfig.ready``).
+    """``agentrun.core.outbox``'s listener (registered by ``NotificationsConfig.ready``).
 
     ``wants`` answers from an in-memory view of who subscribes (active endpoints; whether anyone may
     get email), read again every ``AGENTRUN_EVENTS_REFRESH_SECONDS`` and at once after a change made

@@ -1,7 +1,7 @@
 """Email to reviewers: who is told, when (their preference), and what the message says.
 
 - ``run.suspended`` and ``approval.timeout_warning`` go to the agent's reviewers: active users with
-  an email address who may decide its calls (``agentrun.access``: the decide permission and, for an
+  an email address who may decide its calls (``agentrun.core.access``: the decide permission and, for an
   agent in ``AGENTRUN_AGENT_REVIEWERS``, one of its groups).
 - ``approval.escalated`` goes to those of them in the tool's ``escalate_to`` groups.
 - Each reviewer's preference (``NotificationPreference``; none: immediately): ``immediately`` (one
@@ -26,14 +26,14 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
-from agentrun import access, events
-from agentrun.models import OutboxEvent, SuspendedToolCall
-from approvals.selectors import OpenCallView, open_call_views
+from agentrun.core import access, outbox
+from agentrun.core.models import OutboxEvent, SuspendedToolCall
+from approvals.public import OpenCallView, open_call_views
 from notifications import links
 from notifications.models import EmailNotice, NotificationPreference
 from notifications.payloads import public_url, thread_url
 
-EMAIL_EVENTS = frozenset({events.RUN_SUSPENDED, events.TIMEOUT_WARNING, events.ESCALATED})
+EMAIL_EVENTS = frozenset({outbox.RUN_SUSPENDED, outbox.TIMEOUT_WARNING, outbox.ESCALATED})
 OFF = NotificationPreference.Email.OFF
 DIGEST = NotificationPreference.Email.DIGEST
 OUTCOMES = {
@@ -60,7 +60,7 @@ def recipients(event: OutboxEvent) -> list:
     users = users.filter(deciders)
     if groups := access.agent_reviewers().get(event.agent_id):
         users = users.filter(Q(is_superuser=True) | Q(groups__name__in=groups))
-    if event.type == events.ESCALATED:
+    if event.type == outbox.ESCALATED:
         users = users.filter(groups__name__in=event.data.get("escalateTo") or [])
     users = users.exclude(notification_preference__email=OFF).distinct().order_by("pk")
     # The queries above find candidates; the access rules decide (the links must work for them).
@@ -76,7 +76,7 @@ def create_notices(event: OutboxEvent) -> None:
     for user in recipients(event):
         preference = getattr(user, "notification_preference", None)
         # A warning or an escalation is about a deadline: it does not wait for the digest.
-        digest = preference is not None and preference.email == DIGEST and event.type == events.RUN_SUSPENDED
+        digest = preference is not None and preference.email == DIGEST and event.type == outbox.RUN_SUSPENDED
         notices.append(
             EmailNotice(
                 user=user, event=event, digest=digest, next_attempt_at=_digest_due(user, now) if digest else now
@@ -111,7 +111,7 @@ class Item:
 
 def _waiting_calls(event: OutboxEvent) -> list[SuspendedToolCall]:
     """The event's calls that still wait now (in the event's order)."""
-    if event.type == events.RUN_SUSPENDED:
+    if event.type == outbox.RUN_SUSPENDED:
         ids = [c["toolCallId"] for c in event.data.get("toolCalls", [])]
     else:
         ids = [event.data["toolCall"]["toolCallId"]]
@@ -123,10 +123,10 @@ def _waiting_calls(event: OutboxEvent) -> list[SuspendedToolCall]:
 
 
 def _note(event: OutboxEvent) -> str:
-    if event.type == events.ESCALATED:
+    if event.type == outbox.ESCALATED:
         groups = ", ".join(event.data.get("escalateTo") or [])
         return f"Nobody approved this call in time: it was escalated to you ({groups})."
-    if event.type == events.TIMEOUT_WARNING:
+    if event.type == outbox.TIMEOUT_WARNING:
         outcome = OUTCOMES.get(event.data.get("onTimeout"), "decided")
         return f"Unless someone decides first, this call will be {outcome} at {event.data.get('timeoutAt')}."
     return ""
@@ -153,9 +153,9 @@ def _subject(items: list[Item]) -> str:
         return f"[agentrun] {len(items)} tool calls wait for your decision"
     item = items[0]
     what = f"{item.call.run.agent_id}: {item.call.tool_name}"
-    if item.event.type == events.ESCALATED:
+    if item.event.type == outbox.ESCALATED:
         return f"[agentrun] Escalated to you: {what} waits for approval"
-    if item.event.type == events.TIMEOUT_WARNING:
+    if item.event.type == outbox.TIMEOUT_WARNING:
         return f"[agentrun] {what} will be {OUTCOMES.get(item.event.data.get('onTimeout'), 'decided')} soon"
     return f"[agentrun] {what} waits for your {'approval' if item.call.requires_approval else 'answer'}"
 

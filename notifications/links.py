@@ -18,8 +18,8 @@ from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from agentrun.core.models import Decision, SuspendedToolCall, args_fingerprint
 from agentrun.engine.service import DecisionOutcome, decide_tool_call
-from agentrun.models import Decision, SuspendedToolCall, args_fingerprint
 from notifications.models import DecisionLink
 from notifications.payloads import public_url
 

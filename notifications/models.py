@@ -1,6 +1,6 @@
 """Webhook endpoints and their deliveries, reviewers' email preferences and notices, signed decision links.
 
-Events themselves are ``agentrun.models.OutboxEvent`` rows the engine writes; this app turns each into
+Events themselves are ``agentrun.core.models.OutboxEvent`` rows the engine writes; this app turns each into
 deliveries (one per subscribed endpoint) and notices (one per reviewer to email), then sends them.
 """
 
@@ -12,9 +12,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.ids import new_id
-from agentrun.models import Decision, OutboxEvent
-from agentrun.timeutil import iso
+from agentrun.core.ids import new_id
+from agentrun.core.models import Decision, OutboxEvent
+from agentrun.core.timeutil import iso
 
 
 def _endpoint_id() -> str:

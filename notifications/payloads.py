@@ -7,8 +7,8 @@ import json
 from django.conf import settings
 from django.urls import reverse
 
-from agentrun.models import OutboxEvent
-from approvals.urls import thread_path
+from agentrun.core.models import OutboxEvent
+from approvals.public import thread_path
 from notifications.models import WebhookEndpoint
 
 

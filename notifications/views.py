@@ -1,11 +1,10 @@
-"""Pages under /approvals/: signed decision links, email preferences, standing grants.
+"""Pages under /approvals/: signed decision links and email preferences.
 
 - ``links/<token>/``: no sign-in needed (the link is the credential). GET shows the call in full and
   decides nothing; POST approves or declines it once, as the link's reviewer. A link that cannot
   decide any more says why: used (410), expired (410), the call no longer waits (409, and who decided
   it), sent to someone else than the signed-in user (403), not a link at all (404).
 - ``settings/``: the signed-in user's email preference.
-- ``grants/``: standing grants (list, revoke); ``grants/new`` is the call card's "always approve" form.
 """
 
 from __future__ import annotations
@@ -14,21 +13,16 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_http_methods, require_POST
-from django.views.decorators.vary import vary_on_headers
+from django.views.decorators.http import require_http_methods
 
-from agentrun.access import can_decide_agent
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Run
 from agentrun.engine.decisions import decision_for_call
-from agentrun.errors import AgentRunError
-from agentrun.models import Run, SuspendedToolCall
-from approvals.selectors import open_call_views
-from approvals.urls import thread_path
-from approvals.views import HtmxHttpRequest, ask_high_risk_confirmation, card_response, viewer_required
-from notifications import grants, links
+from approvals.public import open_call_views, thread_path
+from notifications import links
 from notifications.models import DecisionLink, NotificationPreference
 
 ALREADY_DECIDED_CODES = {"TOOL_CALL_ALREADY_DECIDED", "RUN_NOT_SUSPENDED", "RUN_NOT_FOUND", "TOOL_CALL_NOT_SUSPENDED"}
@@ -110,75 +104,3 @@ def notification_settings(request: HttpRequest) -> HttpResponse:
         return redirect("notifications:settings")
     context = {"choices": NotificationPreference.Email.choices, "current": current}
     return render(request, "notifications/settings.html", context)
-
-
-# --- standing grants ------------------------------------------------------------------------------
-@require_POST
-@viewer_required
-def grant_create(request: HtmxHttpRequest) -> HttpResponse:
-    """The call card's "always approve" form: approve this call and grant its tool from now on. On a
-    high-risk call this approval takes the same second step as the card's Approve (nothing is decided
-    or granted until the confirmation comes back; "cancel" leaves it)."""
-    run_id, tool_call_id = request.POST.get("run_id", ""), request.POST.get("tool_call_id", "")
-    agent_id = Run.objects.filter(pk=run_id).values_list("agent_id", flat=True).first()
-    if agent_id is None or not can_decide_agent(request.user, agent_id):
-        raise PermissionDenied("You may not decide this agent's tool calls.")
-    call = SuspendedToolCall.objects.select_related("run").filter(run_id=run_id, tool_call_id=tool_call_id).first()
-    expires_in, scope = request.POST.get("expires_in", ""), request.POST.get("scope", "")
-    context: dict[str, Any] = {"tool_call_id": tool_call_id, "run_id": run_id}
-    try:
-        if call is None:
-            raise AgentRunError("TOOL_CALL_NOT_SUSPENDED", "This call no longer waits.")
-        view = open_call_views([call])[0]
-        if request.POST.get("action") == "cancel":  # leave the confirmation step: the card as it was
-            return card_response(request, view)
-        seconds = float(expires_in) if expires_in else None
-        view.grant = grants.grant_for_call(user=request.user, call=call, scope=scope, expires_in=seconds)
-        view.grant_expires_in = expires_in
-        if asking := ask_high_risk_confirmation(request, view, "grant"):
-            return asking
-        grant, outcome = grants.grant_from_call(
-            user=request.user,
-            call=call,
-            scope=scope,
-            expires_in=seconds,
-            args_fingerprint=request.POST.get("args_fingerprint") or None,
-        )
-    except ValueError:
-        context["error"] = "Choose how long the grant lasts."
-    except AgentRunError as exc:
-        if exc.code == "PERMISSION_DENIED":
-            raise PermissionDenied(exc.message) from exc
-        context["error"] = f"Nothing was granted. {exc.message}"
-    else:
-        context |= {"grant": grant, "decision": outcome.decision}
-    status = 409 if "error" in context else 200
-    if request.htmx:
-        return render(request, "notifications/_granted.html", context, status=status)
-    if "error" in context:
-        messages.error(request, context["error"])
-    else:
-        messages.success(request, f"Approved; from now on: {grant.describe()}.")
-    return redirect("notifications:grants")
-
-
-@require_http_methods(["GET"])
-@vary_on_headers("HX-Request")
-@viewer_required
-def grant_list(request: HtmxHttpRequest) -> HttpResponse:
-    rows = [(g, grants.can_revoke(request.user, g)) for g in grants.visible_grants(request.user)[:200]]
-    return render(request, "notifications/grants.html", {"rows": rows})
-
-
-@require_POST
-@viewer_required
-def grant_revoke(request: HtmxHttpRequest, grant_id: str) -> HttpResponse:
-    grant = get_object_or_404(grants.visible_grants(request.user), pk=grant_id)
-    if not grants.can_revoke(request.user, grant):
-        raise PermissionDenied("You may not revoke this agent's grants.")
-    grants.revoke(user=request.user, grant=grant)
-    grant.refresh_from_db()
-    if request.htmx:
-        return render(request, "notifications/grants.html#row", {"grant": grant, "can_revoke": True})
-    messages.success(request, f"Revoked: {grant.describe()}.")
-    return redirect("notifications:grants")

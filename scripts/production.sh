@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Production start on one machine: migrate, check, then N web processes, M workers and the
-# notifications workers (webhooks, email) under agentrun.supervisor (a dead process is restarted with
+# notifications workers (webhooks, email) under agentrun.server.supervisor (a dead process is restarted with
 # backoff, the others untouched; SIGTERM stops them all within AGENTRUN_DRAIN_SECONDS + 5 s).
 # README "Production" has the whole story.
 #
@@ -30,7 +30,7 @@ export AGENTRUN_EMBEDDED_SWEEPER=0  # workers sweep; the web processes need not
 py=$(printf '%q' "$PY")
 processes=()
 for i in $(seq 0 $((WEB - 1))); do
-  processes+=(--process "web-$i=$py -m agentrun.daphne_ws -b $BIND -p $((PORT + i)) agentrun.asgi:application")
+  processes+=(--process "web-$i=$py -m agentrun.server.web -b $BIND -p $((PORT + i)) agentrun.asgi:application")
 done
 for i in $(seq 1 "$WORKERS"); do
   processes+=(--process "worker-$i=$py manage.py agentrun_worker --interval 1")
@@ -40,4 +40,4 @@ for i in $(seq 1 "$NOTIFY_WORKERS"); do
   processes+=(--process "notify-$i=$py manage.py agentrun_worker --queue-name notifications --interval 1")
 done
 # exec: the supervisor is this script's process, so a SIGTERM sent to the script reaches it.
-exec "$PY" -m agentrun.supervisor "${processes[@]}"
+exec "$PY" -m agentrun.server.supervisor "${processes[@]}"

@@ -115,7 +115,7 @@ def _engine_settles_before_flush(request):
 
     from django.utils import timezone
 
-    from agentrun.models import BackgroundTask, Run
+    from agentrun.core.models import BackgroundTask, Run
 
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

@@ -16,10 +16,10 @@ from asgiref.sync import sync_to_async
 from django.tasks import task_backends
 from django.utils import timezone
 
+from agentrun.core.models import Message, Run, RunChunk, RunStep, Snapshot
 from agentrun.engine.agents import get_agent
 from agentrun.engine.decisions import DecisionOutcome, DecisionRequest, record_decisions
 from agentrun.engine.providers import DirectiveModel
-from agentrun.models import Message, Run, RunChunk, RunStep, Snapshot
 
 EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
 
@@ -168,7 +168,7 @@ def bulk_suspended_runs(
     """
     from datetime import UTC, timedelta
 
-    from agentrun.models import SuspendedToolCall, Thread
+    from agentrun.core.models import SuspendedToolCall, Thread
 
     start = start or datetime(2024, 1, 1, tzinfo=UTC)
     thread_rows = [Thread(id=f"bulk-thread-{t}", resource_id=f"bulk-user-{t % resources}") for t in range(threads)]

@@ -14,7 +14,7 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from agentrun.errors import AgentRunError
+from agentrun.core.errors import AgentRunError
 
 # DRF's errors that the contract names; anything else keeps its status with a generic code.
 _DRF_CODES: list[tuple[type[exceptions.APIException], str]] = [

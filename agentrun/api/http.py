@@ -16,12 +16,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentrun.access import VIEW_PERMISSION
 from agentrun.api.authentication import BearerTokenAuthentication
+from agentrun.api.bodies import max_body_size, parse_json
 from agentrun.api.exceptions import too_large
+from agentrun.core.access import VIEW_PERMISSION
+from agentrun.core.errors import AgentRunError
 from agentrun.engine.inputs import json_problem
-from agentrun.errors import AgentRunError
-from agentrun.wire import max_body_size, parse_json
 
 EVENT_STREAM = "text/event-stream"
 

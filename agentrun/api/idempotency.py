@@ -16,9 +16,9 @@ from typing import Any
 
 from django.db import IntegrityError
 
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Decision, IdempotencyKey
 from agentrun.engine.service import DecisionOutcome, DecisionRequest, decide_tool_calls
-from agentrun.errors import AgentRunError
-from agentrun.models import Decision, IdempotencyKey
 
 MAX_KEY_LENGTH = 255
 

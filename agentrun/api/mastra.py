@@ -17,7 +17,7 @@ Shapes are those of ``@mastra/server`` (verified against 1.69.0, and ``@mastra/c
   ``details``) so a client can still tell ``TOOL_CALL_ALREADY_DECIDED`` from ``RUN_NOT_FOUND``.
 
 Authentication and authorization are the native API's (``Token`` / ``Bearer`` / session; the groups and
-per-agent scope of ``agentrun.access``). Mastra's ``requestContext``, ``runId`` chosen by the client,
+per-agent scope of ``agentrun.core.access``). Mastra's ``requestContext``, ``runId`` chosen by the client,
 client tools and model overrides are not supported and are ignored.
 """
 
@@ -34,18 +34,18 @@ from django.urls import re_path
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentrun import access
 from agentrun.api import views
+from agentrun.api.bodies import decision_kwargs, stream_kwargs
 from agentrun.api.exceptions import exception_handler
 from agentrun.api.http import ApiView
 from agentrun.api.openai_compat import model_name
 from agentrun.api.urls import both
+from agentrun.core import access
+from agentrun.core.errors import AgentRunError
+from agentrun.core.fanout import release_connection, subscribe
+from agentrun.core.models import Decision, Run
 from agentrun.engine.agents import Agent, all_agents
 from agentrun.engine.service import decide_tool_call
-from agentrun.errors import AgentRunError
-from agentrun.fanout import release_connection, subscribe
-from agentrun.models import Decision, Run
-from agentrun.wire import decision_kwargs, stream_kwargs
 
 logger = logging.getLogger("agentrun.api")
 
@@ -151,7 +151,7 @@ async def _events(chunks: AsyncIterator[dict], run_id: str | None) -> AsyncItera
 
 
 def mastra_event_stream(chunks: AsyncIterator[dict], run_id: str | None = None) -> StreamingHttpResponse:
-    release_connection()  # the view's: the stream may last long (see agentrun.fanout)
+    release_connection()  # the view's: the stream may last long (see agentrun.core.fanout)
     response = StreamingHttpResponse(_events(chunks, run_id), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: send each event at once
@@ -286,7 +286,7 @@ def _json_stream(make: Callable[..., Awaitable[dict]], *args: Any) -> StreamingH
             data = mastra_error(exc.to_dict())
         yield json.dumps(data).encode()
 
-    release_connection()  # the view's: the run may take long to rest (see agentrun.fanout)
+    release_connection()  # the view's: the run may take long to rest (see agentrun.core.fanout)
     return StreamingHttpResponse(body(), content_type="application/json")
 
 

@@ -16,7 +16,7 @@ and it reads agentrun's threads, runs, run steps and messages in its own wire sh
 Ids in the path are read from the path as sent (``raw_path``), segment by segment (``path_segments``):
 a thread id holding ``/runs/`` reaches its thread when the client percent-encodes it, as both SDKs do.
 
-Authorization is the native API's: the read permission and the per-agent scope of ``agentrun.access``
+Authorization is the native API's: the read permission and the per-agent scope of ``agentrun.core.access``
 (a hidden agent's run is ``RUN_NOT_FOUND``, a thread with no visible run ``NOT_FOUND``).
 """
 
@@ -35,15 +35,15 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentrun import access
 from agentrun.api import views
 from agentrun.api.exceptions import envelope, exception_handler
 from agentrun.api.http import ApiView
 from agentrun.api.pagination import cursor_page
+from agentrun.core import access
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Message, Run, RunStep, SuspendedToolCall, Thread
 from agentrun.engine.agents import Agent, get_agent
 from agentrun.engine.decisions import expire_run_if_due
-from agentrun.errors import AgentRunError
-from agentrun.models import Message, Run, RunStep, SuspendedToolCall, Thread
 
 # Run statuses are the Assistants ones already, except the one a person is waiting on.
 RUN_STATUS = {Run.Status.SUSPENDED: "requires_action"}

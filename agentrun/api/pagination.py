@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import Model, Q, QuerySet
 
 from agentrun.api.http import choice_param, int_param
-from agentrun.errors import AgentRunError
+from agentrun.core.errors import AgentRunError
 
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 20

@@ -1,6 +1,6 @@
 """Request and response shapes of CONTRACT §4, for the OpenAPI schema.
 
-Bodies are validated by ``agentrun.wire`` and the engine (the websocket consumer shares them), so these
+Bodies are validated by ``agentrun.api.bodies`` and the engine (the websocket consumer shares them), so these
 serializers describe; they do not validate. Responses are the models' ``to_dict()``.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from agentrun.errors import HTTP_STATUS
-from agentrun.models import Decision, Run, RunStep
+from agentrun.core.errors import HTTP_STATUS
+from agentrun.core.models import Decision, Run, RunStep
 
 ERROR_CODES = [*HTTP_STATUS, "METHOD_NOT_ALLOWED", "NOT_ACCEPTABLE", "THROTTLED"]
 ANY = serializers.JSONField  # any JSON value

@@ -9,8 +9,8 @@ from contextlib import aclosing
 
 from django.http import StreamingHttpResponse
 
-from agentrun.errors import AgentRunError
-from agentrun.fanout import SubscriberReset, release_connection
+from agentrun.core.errors import AgentRunError
+from agentrun.core.fanout import SubscriberReset, release_connection
 
 logger = logging.getLogger("agentrun.api")
 

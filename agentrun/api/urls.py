@@ -7,7 +7,7 @@ from typing import Any
 
 from django.urls import path, re_path
 
-import agentrun.converters  # noqa: F401 - registers <anyid:>
+import agentrun.core.converters  # noqa: F401 - registers <anyid:>
 from agentrun.api import views
 from agentrun.api.exceptions import api_not_found
 from agentrun.api.schema import SchemaPageView, SchemaView

@@ -22,27 +22,27 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentrun import access
 from agentrun.api import serializers as s
+from agentrun.api.bodies import batch_requests, decision_kwargs, stream_kwargs
 from agentrun.api.http import ApiView, EventStreamRenderer, choice_param, int_param, wants_event_stream
 from agentrun.api.idempotency import decide_via_api, fingerprint
 from agentrun.api.pagination import cursor_page, list_envelope
 from agentrun.api.sse import event_stream_response
-from agentrun.engine import background
-from agentrun.engine.agents import Agent, all_agents, generate_result, get_agent
-from agentrun.engine.decisions import cancel_run, expire_run_if_due
-from agentrun.engine.service import DecisionRequest
-from agentrun.errors import AgentRunError
-from agentrun.fanout import subscribe
-from agentrun.models import BackgroundTask, Message, Run, RunStep, Thread
-from agentrun.selectors import (
+from agentrun.core import access
+from agentrun.core.errors import AgentRunError
+from agentrun.core.fanout import subscribe
+from agentrun.core.models import BackgroundTask, Message, Run, RunStep, Thread
+from agentrun.core.selectors import (
     SuspendedRun,
     SuspendedRunsStream,
     decision_history,
     list_suspended_runs,
     stream_suspended_runs,
 )
-from agentrun.wire import batch_requests, decision_kwargs, stream_kwargs
+from agentrun.engine import background
+from agentrun.engine.agents import Agent, all_agents, generate_result, get_agent
+from agentrun.engine.decisions import cancel_run, expire_run_if_due
+from agentrun.engine.service import DecisionRequest
 
 JSON = "application/json"
 

@@ -16,6 +16,9 @@ from typing import Any
 
 from django.conf import settings
 
+from agentrun.core.fanout import subscribe
+from agentrun.core.models import Run
+from agentrun.core.selectors import SuspendedRunsPage, list_suspended_runs
 from agentrun.engine import background, dispatch, store
 from agentrun.engine.inputs import (
     normalize_max_steps,
@@ -32,9 +35,6 @@ from agentrun.engine.service import DecisionOutcome, decide_tool_call
 from agentrun.engine.stream import RunStream
 from agentrun.engine.subagents import SubAgentTool
 from agentrun.engine.tools import Tool
-from agentrun.fanout import subscribe
-from agentrun.models import Run
-from agentrun.selectors import SuspendedRunsPage, list_suspended_runs
 
 __all__ = ["Agent", "all_agents", "follow", "generate_result", "get_agent", "register_agent"]
 

@@ -18,14 +18,14 @@ from django.db import connection, transaction
 from django.tasks import task
 from django.utils import timezone
 
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import BackgroundTask, Message, Run
+from agentrun.core.timeutil import iso
 from agentrun.engine.lease import announce
 from agentrun.engine.registry import get_agent
 from agentrun.engine.runtime import db
 from agentrun.engine.store import output_text
 from agentrun.engine.tools import Tool, ToolContext
-from agentrun.errors import AgentRunError
-from agentrun.models import BackgroundTask, Message, Run
-from agentrun.timeutil import iso
 
 logger = logging.getLogger("agentrun.background")
 

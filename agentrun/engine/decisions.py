@@ -3,7 +3,7 @@
 Also the other transitions a person, the system or a policy makes on a waiting run: expiry,
 cancellation, a standing grant's approval, a timeout's cancellation. Each is one atomic block that
 locks the run row (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite transactions start IMMEDIATE, which
-serialises writers), re-checks the state it read, and writes, its outbox event (``agentrun.events``)
+serialises writers), re-checks the state it read, and writes, its outbox event (``agentrun.core.outbox``)
 included. A unique constraint on (run, tool call, suspension) backs the lock: a second decision
 cannot exist.
 
@@ -22,14 +22,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun import access, events
+from agentrun.core import access, outbox
+from agentrun.core.errors import AgentRunError
+from agentrun.core.fanout import notify_approvals
+from agentrun.core.models import Decision, Run, RunStep, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
+from agentrun.core.timeutil import iso
 from agentrun.engine.inputs import json_problem
 from agentrun.engine.registry import get_agent
 from agentrun.engine.tools import Tool
-from agentrun.errors import AgentRunError
-from agentrun.fanout import notify_approvals
-from agentrun.models import Decision, Run, RunStep, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
-from agentrun.timeutil import iso
 
 DECISION_KINDS = ("approve", "decline", "resume")
 
@@ -444,7 +444,7 @@ def _create_decision(run: Run, call: SuspendedToolCall, *, kind: str, via: str, 
 
 
 def _record_decided_event(run: Run, decision: Decision) -> None:
-    events.record(events.TOOLCALL_DECIDED, agent_id=run.agent_id, run_id=run.id, data=decision.to_dict)
+    outbox.record(outbox.TOOLCALL_DECIDED, agent_id=run.agent_id, run_id=run.id, data=decision.to_dict)
 
 
 # --- standing grants ----------------------------------------------------------------------------
@@ -553,7 +553,7 @@ def _end_waiting_run(run: Run, *, status: str, step_status: str, now: datetime) 
     run.status = status
     setattr(run, f"{status}_at", now)
     run.save(update_fields=["status", f"{status}_at"])
-    events.record(f"run.{status}", agent_id=run.agent_id, run_id=run.id, data=run.to_dict)
+    outbox.record(f"run.{status}", agent_id=run.agent_id, run_id=run.id, data=run.to_dict)
     transaction.on_commit(
         lambda: notify_approvals("removed", runId=run.id, agentId=run.agent_id, threadId=run.thread_id)
     )

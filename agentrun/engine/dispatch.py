@@ -1,6 +1,6 @@
 """Server-side execution of runs, through Django's Tasks framework.
 
-The embedded default runs tasks in the server process (``agentrun.tasks_backend.InProcessBackend``);
+The embedded default runs tasks in the server process (``agentrun.server.tasks_backend.InProcessBackend``);
 production enqueues them in the database for ``manage.py agentrun_worker`` processes. Both enqueue
 transactionally: inside an atomic block, the task exists exactly when the block commits.
 """

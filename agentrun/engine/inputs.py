@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from agentrun.errors import AgentRunError
+from agentrun.core.errors import AgentRunError
 
 # Deep enough for any real body or tool arguments, shallow enough that nothing downstream (pydantic,
 # deepcopy, the JSON encoders, the databases' JSON functions) runs out of stack on it.

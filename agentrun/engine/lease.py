@@ -1,5 +1,7 @@
 """A run's lease: the exclusive right to drive it and write its chunks, one holder at a time, across
 processes. Renewed while held; a holder that dies stops renewing and the lease is taken over once expired.
+The lease's SQL lives here too: taking, renewing and releasing it, and the sweep's claim on runs whose
+driver died (``claim_stalled_runs``).
 
 ``announce`` appends chunks to a run outside a segment (background task news), under the lease.
 """
@@ -8,12 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+from datetime import timedelta
 
-from django.db import InterfaceError, OperationalError
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import Q
+from django.utils import timezone
 
+from agentrun.core.fanout import RunPublisher
+from agentrun.core.ids import new_id
+from agentrun.core.models import Run, SuspendedToolCall
 from agentrun.engine import store
-from agentrun.engine.runtime import db
-from agentrun.fanout import RunPublisher
+from agentrun.engine.chunklog import ChunkLog
+from agentrun.engine.runtime import db, recover_connection
 
 logger = logging.getLogger("agentrun.engine")
 
@@ -21,16 +32,100 @@ logger = logging.getLogger("agentrun.engine")
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
+# --- the lease's SQL ------------------------------------------------------------------------------
+def lease_ttl() -> timedelta:
+    return timedelta(seconds=settings.AGENTRUN_LEASE_SECONDS)
+
+
+# A sweeper that dispatches a continuation for a stalled run marks the run with a lease owned by
+# ``dispatch:…`` first (one sweeper of many wins it), so that it is not dispatched again on every
+# sweep round while the continuation waits in the task queue. Any segment may take such a lease over.
+DISPATCH_OWNER_PREFIX = "dispatch:"
+
+
+def new_lease_owner() -> str:
+    # host:pid names the process that drives a run (operators, and the crash tests, can find it).
+    return f"{socket.gethostname()[:20]}:{os.getpid()}:{new_id('lease')[-12:]}"
+
+
+def acquire_lease(run_id: str, owner: str) -> bool:
+    now = timezone.now()
+    taken = (
+        Run.objects.filter(pk=run_id)
+        .filter(
+            Q(lease_owner__isnull=True)
+            | Q(lease_expires_at__lt=now)
+            | Q(lease_owner=owner)
+            | Q(lease_owner__startswith=DISPATCH_OWNER_PREFIX)
+        )
+        .update(lease_owner=owner, lease_expires_at=now + lease_ttl())
+    )
+    return taken == 1
+
+
+def renew_lease(run_id: str, owner: str) -> bool:
+    return Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_expires_at=timezone.now() + lease_ttl()) == 1
+
+
+def release_lease(run_id: str, owner: str) -> None:
+    Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_owner=None, lease_expires_at=None)
+
+
+def expire_leases_of_this_process() -> int:
+    """A process leaving mid-segment (its drain ran out): let a sweep take its runs over now rather
+    than after the lease period."""
+    prefix = new_lease_owner().rsplit(":", 1)[0] + ":"
+    return Run.objects.filter(lease_owner__startswith=prefix).update(lease_expires_at=timezone.now())
+
+
+def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
+    """Runs nobody drives although they should be driven, claimed for this sweeper: a lease that
+    expired (its holder died), or a decision whose continuation never started within a lease period.
+
+    Each is marked dispatched (a ``dispatch:…`` lease) in the transaction that finds it, so it is
+    dispatched once per lease period whatever the number of sweepers; rows another sweeper is
+    claiming are skipped (``SKIP LOCKED``), never waited for. Both queries run on partial indexes
+    (``run_lease_expiry``, ``suspended_call_decided``): their cost follows the runs in flight.
+    Returns ``(agent_id, run_id)`` pairs.
+    """
+    now = timezone.now()
+    grace = now - lease_ttl()
+    undriven = SuspendedToolCall.objects.filter(
+        status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING],
+        decision__decided_at__lt=grace,
+    ).values("run_id")
+    with transaction.atomic():
+        claimable = Run.objects.select_for_update(skip_locked=True, of=("self",))
+        rows = list(
+            claimable.filter(lease_owner__isnull=False, lease_expires_at__lt=now)
+            .exclude(status__in=Run.FINAL_STATUSES)
+            .order_by("lease_expires_at")
+            .values_list("agent_id", "id")[:limit]
+        )
+        if len(rows) < limit:
+            rows += claimable.filter(lease_owner__isnull=True, pk__in=undriven).values_list("agent_id", "id")[
+                : limit - len(rows)
+            ]
+        if rows:
+            Run.objects.filter(pk__in=[run_id for _, run_id in rows]).update(
+                lease_owner=f"{DISPATCH_OWNER_PREFIX}{new_id('lease')[-12:]}", lease_expires_at=now + lease_ttl()
+            )
+    return rows
+
+
+# --- holding a lease ------------------------------------------------------------------------------
+
+
 class RunLease:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.owner = store.new_lease_owner()
+        self.owner = new_lease_owner()
         self._heartbeat: asyncio.Task | None = None
 
     async def __aenter__(self) -> RunLease:
-        await db(store.recover_connection)()  # a connection broken by a database restart is replaced
+        await db(recover_connection)()  # a connection broken by a database restart is replaced
         delay = 0.01
-        while not await db(store.acquire_lease)(self.run_id, self.owner):
+        while not await db(acquire_lease)(self.run_id, self.owner):
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
         self._heartbeat = asyncio.create_task(self._beat())
@@ -38,12 +133,12 @@ class RunLease:
 
     async def _beat(self) -> None:
         while True:
-            await asyncio.sleep(store.lease_ttl().total_seconds() / 3)
+            await asyncio.sleep(lease_ttl().total_seconds() / 3)
             try:
-                await db(store.renew_lease)(self.run_id, self.owner)
+                await db(renew_lease)(self.run_id, self.owner)
             except Exception:  # a database hiccup must not stop the heartbeat for good
                 logger.warning("could not renew the lease of %s", self.run_id, exc_info=True)
-                await db(store.recover_connection)()
+                await db(recover_connection)()
 
     async def __aexit__(self, exc_type: type | None, *exc: object) -> None:
         if self._heartbeat is not None:
@@ -52,7 +147,7 @@ class RunLease:
             # The database went away mid-segment: keep the lease; once it expires a sweep continues
             # the run from what was committed (see Segment.run).
             return
-        await db(store.release_lease)(self.run_id, self.owner)
+        await db(release_lease)(self.run_id, self.owner)
 
 
 async def announce(run_id: str, chunks: list[tuple[str, dict]]) -> None:
@@ -60,7 +155,7 @@ async def announce(run_id: str, chunks: list[tuple[str, dict]]) -> None:
     publisher = RunPublisher(run_id)
     async with RunLease(run_id):
         run = await db(store.load_run)(run_id)
-        log = store.ChunkLog(run_id, run.next_seq, [publisher])
+        log = ChunkLog(run_id, run.next_seq, [publisher])
         for type_, payload in chunks:
             log.emit(type_, payload)
         await db(log.flush_sync)()

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from agentrun.core.errors import AgentRunError
+from agentrun.core.fanout import RunPublisher
+from agentrun.core.ids import new_id
+from agentrun.core.models import Decision, Run, RunStep, SuspendedToolCall
 from agentrun.engine import background, store
+from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.decisions import approve_by_grant, carry_to_inner_run
 from agentrun.engine.inputs import decode_model_args
 from agentrun.engine.lease import DATABASE_UNAVAILABLE, RunLease
@@ -22,10 +27,6 @@ from agentrun.engine.providers import ModelError, ModelFinish, ModelToolCall, Te
 from agentrun.engine.registry import get_agent
 from agentrun.engine.runtime import db
 from agentrun.engine.tools import InnerRunSuspended, Tool, ToolContext, ToolSuspended
-from agentrun.errors import AgentRunError
-from agentrun.fanout import RunPublisher
-from agentrun.ids import new_id
-from agentrun.models import Decision, Run, RunStep, SuspendedToolCall
 
 if TYPE_CHECKING:
     from agentrun.engine.agents import Agent
@@ -90,7 +91,7 @@ class Segment:
     async def run(self) -> SegmentResult:
         async with RunLease(self.run_id):
             run = await db(store.load_run_to_drive)(self.run_id)
-            self.log = store.ChunkLog(run.id, run.next_seq, self.sinks)
+            self.log = ChunkLog(run.id, run.next_seq, self.sinks)
             if run.segment_open:
                 # Taken over: the previous driver died mid-segment (its lease lapsed). Close its segment
                 # first, so every reader of the log sees exactly one finish per segment (CONTRACT §5).

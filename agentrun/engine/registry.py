@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrun.errors import AgentRunError
+from agentrun.core.errors import AgentRunError
 
 _registry: dict[str, Any] = {}
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 _bound: asyncio.AbstractEventLoop | None = None
 _private: asyncio.AbstractEventLoop | None = None
@@ -105,3 +106,18 @@ def submit(coro: Coroutine[Any, Any, Any]) -> asyncio.AbstractEventLoop:
 
     target.call_soon_threadsafe(launch, context=contextvars.Context())
     return target
+
+
+def recover_connection() -> None:
+    """Drop this thread's database connection if an error broke it (a database restart, say).
+
+    Django does this in ``close_old_connections`` at the edges of requests and tasks only; the engine's
+    long-lived threads (the sweeper, segments driven outside a request) call this instead. It leaves
+    a healthy connection and an open transaction alone, so it is safe anywhere, tests included.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred and not conn.in_atomic_block:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()

@@ -5,7 +5,7 @@
 In one transaction it records the decisions (``decisions.record_decisions``: the run row locked, the
 state re-checked, exactly once) and enqueues the run's continuation (``dispatch``), so neither exists
 without the other. It never drives the run: the task runner does, and whoever wants the continuation's
-chunks follows the run's chunk log from ``outcome.after_seq`` (``agentrun.fanout.subscribe``), like any
+chunks follows the run's chunk log from ``outcome.after_seq`` (``agentrun.core.fanout.subscribe``), like any
 other subscriber.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 from django.db import transaction
 
+from agentrun.core.models import Decision
 from agentrun.engine import dispatch
 from agentrun.engine.decisions import DecisionOutcome, DecisionRequest, expire_run_if_due, record_decisions
-from agentrun.models import Decision
 
 __all__ = ["DecisionOutcome", "DecisionRequest", "decide_tool_call", "decide_tool_calls"]
 

@@ -3,14 +3,12 @@
 The loop (``engine/loop.py``) is async; these functions are sync and run through ``sync_to_async``.
 Only the holder of a run's lease calls the writers below (except the lease functions themselves),
 so chunk sequence numbers and step details have a single writer at a time. A write that changes a
-run's state records its outbox event (``agentrun.events``) in the same transaction.
+run's state records its outbox event (``agentrun.core.outbox``) in the same transaction.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 from datetime import timedelta
 from typing import Any
 
@@ -19,16 +17,13 @@ from django.db import transaction
 from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, Value, When
 from django.utils import timezone
 
-from agentrun import events
+from agentrun.core import outbox
+from agentrun.core.fanout import notify_approvals
+from agentrun.core.ids import new_id
+from agentrun.core.models import BackgroundTask, Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
+from agentrun.core.selectors import SuspendedRun, SuspendedRunToolCall
+from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.providers import usage_dict
-from agentrun.fanout import notify_approvals
-from agentrun.ids import new_id
-from agentrun.models import BackgroundTask, Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
-from agentrun.selectors import SuspendedRun, SuspendedRunToolCall
-
-
-def lease_ttl() -> timedelta:
-    return timedelta(seconds=settings.AGENTRUN_LEASE_SECONDS)
 
 
 def add_usage(a: dict | None, b: dict | None) -> dict:
@@ -41,114 +36,6 @@ def output_text(result: Any) -> str:
     return result if isinstance(result, str) else json.dumps(result, default=str)
 
 
-# --- the chunk log --------------------------------------------------------------------------------
-class ChunkLog:
-    """Numbers a run's chunks, hands each to the live sinks at once and writes them to the log in batches.
-
-    Batching: chunks are written when a state change commits (in the same transaction), when the
-    buffer is full, and at the end of the segment, so a token stream costs few round trips.
-    """
-
-    BATCH = 200
-
-    def __init__(self, run_id: str, next_seq: int, sinks: list) -> None:
-        self.run_id = run_id
-        self.next_seq = next_seq
-        self.sinks = sinks
-        self.buffer: list[RunChunk] = []
-
-    def emit(self, type_: str, payload: dict) -> dict:
-        chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": self.next_seq, "payload": payload}
-        self.buffer.append(RunChunk(run_id=self.run_id, seq=self.next_seq, type=type_, payload=payload))
-        self.next_seq += 1
-        for sink in self.sinks:
-            sink(chunk)
-        return chunk
-
-    @property
-    def full(self) -> bool:
-        return len(self.buffer) >= self.BATCH
-
-    def flush_sync(self, **run_fields: Any) -> None:
-        """Write the buffered chunks and the run's ``next_seq``; ``run_fields`` go in the same UPDATE, so
-        a state change that commits the chunks emitted before it costs no extra round trip."""
-        if not self.buffer and not run_fields:
-            return
-        batch, next_seq = self.take_buffer()
-        # No savepoint inside a caller's transaction: nothing catches a failure here, which fails the
-        # caller's transaction anyway.
-        with transaction.atomic(savepoint=False):
-            if batch:
-                RunChunk.objects.bulk_create(batch)
-            Run.objects.filter(pk=self.run_id).update(next_seq=next_seq, **run_fields)
-
-    def take_buffer(self) -> tuple[list[RunChunk], int]:
-        """The chunks to write, and the run's next_seq once they are written (the caller writes both)."""
-        batch, self.buffer = self.buffer, []
-        return batch, self.next_seq
-
-
-# --- lease ----------------------------------------------------------------------------------------
-# A sweeper that dispatches a continuation for a stalled run marks the run with a lease owned by
-# ``dispatch:…`` first (one sweeper of many wins it), so that it is not dispatched again on every
-# sweep round while the continuation waits in the task queue. Any segment may take such a lease over.
-DISPATCH_OWNER_PREFIX = "dispatch:"
-
-
-def acquire_lease(run_id: str, owner: str) -> bool:
-    now = timezone.now()
-    taken = (
-        Run.objects.filter(pk=run_id)
-        .filter(
-            Q(lease_owner__isnull=True)
-            | Q(lease_expires_at__lt=now)
-            | Q(lease_owner=owner)
-            | Q(lease_owner__startswith=DISPATCH_OWNER_PREFIX)
-        )
-        .update(lease_owner=owner, lease_expires_at=now + lease_ttl())
-    )
-    return taken == 1
-
-
-def renew_lease(run_id: str, owner: str) -> bool:
-    return Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_expires_at=timezone.now() + lease_ttl()) == 1
-
-
-def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
-    """Runs nobody drives although they should be driven, claimed for this sweeper: a lease that
-    expired (its holder died), or a decision whose continuation never started within a lease period.
-
-    Each is marked dispatched (a ``dispatch:…`` lease) in the transaction that finds it, so it is
-    dispatched once per lease period whatever the number of sweepers; rows another sweeper is
-    claiming are skipped (``SKIP LOCKED``), never waited for. Both queries run on partial indexes
-    (``run_lease_expiry``, ``suspended_call_decided``): their cost follows the runs in flight.
-    Returns ``(agent_id, run_id)`` pairs.
-    """
-    now = timezone.now()
-    grace = now - lease_ttl()
-    undriven = SuspendedToolCall.objects.filter(
-        status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING],
-        decision__decided_at__lt=grace,
-    ).values("run_id")
-    with transaction.atomic():
-        claimable = Run.objects.select_for_update(skip_locked=True, of=("self",))
-        rows = list(
-            claimable.filter(lease_owner__isnull=False, lease_expires_at__lt=now)
-            .exclude(status__in=Run.FINAL_STATUSES)
-            .order_by("lease_expires_at")
-            .values_list("agent_id", "id")[:limit]
-        )
-        if len(rows) < limit:
-            rows += claimable.filter(lease_owner__isnull=True, pk__in=undriven).values_list("agent_id", "id")[
-                : limit - len(rows)
-            ]
-        if rows:
-            Run.objects.filter(pk__in=[run_id for _, run_id in rows]).update(
-                lease_owner=f"{DISPATCH_OWNER_PREFIX}{new_id('lease')[-12:]}", lease_expires_at=now + lease_ttl()
-            )
-    return rows
-
-
 def needs_driving(run: Run) -> bool:
     """A continuation has something to do: the run is not final, and not merely waiting for people."""
     if run.is_final:
@@ -158,27 +45,6 @@ def needs_driving(run: Run) -> bool:
             run_id=run.pk, status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
         ).exists()
     return True
-
-
-def recover_connection() -> None:
-    """Drop this thread's database connection if an error broke it (a database restart, say).
-
-    Django does this in ``close_old_connections`` at the edges of requests and tasks only; the engine's
-    long-lived threads (the sweeper, segments driven outside a request) call this instead. It leaves
-    a healthy connection and an open transaction alone, so it is safe anywhere, tests included.
-    """
-    from django.db import connections
-
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and conn.errors_occurred and not conn.in_atomic_block:
-            if conn.is_usable():
-                conn.errors_occurred = False
-            else:
-                conn.close()
-
-
-def release_lease(run_id: str, owner: str) -> None:
-    Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_owner=None, lease_expires_at=None)
 
 
 def run_exists(run_id: str) -> bool:
@@ -343,7 +209,7 @@ def fail_run_sync(run: Run, error: dict) -> None:
             .update(status=Run.Status.FAILED, failed_at=now, last_error=error)
         )
         if failed:
-            _record_final_event(events.RUN_FAILED, run.pk, run.agent_id)
+            _record_final_event(outbox.RUN_FAILED, run.pk, run.agent_id)
         RunStep.objects.filter(run=run, status=RunStep.Status.IN_PROGRESS).update(
             status=RunStep.Status.FAILED, failed_at=now, last_error=error
         )
@@ -371,7 +237,7 @@ def complete_run(run: Run, log: ChunkLog) -> None:
             Run.objects.filter(pk=run.pk).update(next_seq=next_seq)
         Snapshot.objects.filter(run=run).delete()
         if completed:
-            _record_final_event(events.RUN_COMPLETED, run.pk, run.agent_id)
+            _record_final_event(outbox.RUN_COMPLETED, run.pk, run.agent_id)
     run.status = Run.Status.COMPLETED
 
 
@@ -389,12 +255,12 @@ def finish_idle_run(run_id: str, agent_id: str) -> None:
             status=Run.Status.COMPLETED, completed_at=timezone.now()
         )
         if completed:
-            _record_final_event(events.RUN_COMPLETED, run_id, agent_id)
+            _record_final_event(outbox.RUN_COMPLETED, run_id, agent_id)
 
 
 def _record_final_event(type_: str, run_id: str, agent_id: str) -> None:
     """run.completed / run.failed, with the run object as it is now (in the caller's transaction)."""
-    events.record(type_, agent_id=agent_id, run_id=run_id, data=lambda: Run.objects.get(pk=run_id).to_dict())
+    outbox.record(type_, agent_id=agent_id, run_id=run_id, data=lambda: Run.objects.get(pk=run_id).to_dict())
 
 
 def record_tool_result(
@@ -515,8 +381,8 @@ def record_suspension(
             update_fields=["agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at", "step"],
         )
         log.flush_sync(status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at)
-        events.record(
-            events.RUN_SUSPENDED, agent_id=run.agent_id, run_id=run.id, data=lambda: suspended_run(run, now).to_dict()
+        outbox.record(
+            outbox.RUN_SUSPENDED, agent_id=run.agent_id, run_id=run.id, data=lambda: suspended_run(run, now).to_dict()
         )
         transaction.on_commit(
             lambda: notify_approvals(
@@ -577,18 +443,6 @@ def pending_tool_step(run_id: str) -> RunStep | None:
         .order_by("-created_at", "-id")
         .first()
     )
-
-
-def expire_leases_of_this_process() -> int:
-    """A process leaving mid-segment (its drain ran out): let a sweep take its runs over now rather
-    than after the lease period."""
-    prefix = new_lease_owner().rsplit(":", 1)[0] + ":"
-    return Run.objects.filter(lease_owner__startswith=prefix).update(lease_expires_at=timezone.now())
-
-
-def new_lease_owner() -> str:
-    # host:pid names the process that drives a run (operators, and the crash tests, can find it).
-    return f"{socket.gethostname()[:20]}:{os.getpid()}:{new_id('lease')[-12:]}"
 
 
 def create_run(

@@ -11,8 +11,8 @@ import threading
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agentrun import events, health
-from agentrun.engine import background, store, timeouts
+from agentrun.core import outbox, workers
+from agentrun.engine import background, lease, runtime, timeouts
 from agentrun.engine.decisions import expire_due_runs
 from agentrun.engine.dispatch import continue_run
 from agentrun.engine.runtime import db
@@ -23,20 +23,20 @@ logger = logging.getLogger("agentrun.sweeper")
 async def sweep_once() -> dict:
     # A database restart leaves this thread's connection broken: without this, every later round
     # would fail on it ("the connection is closed") and stalled runs would never be continued.
-    await sync_to_async(store.recover_connection)()
+    await sync_to_async(runtime.recover_connection)()
     expired = await sync_to_async(expire_due_runs)()
     # After expiry (the agent's TTL is the outer bound); db(): a decided call's continuation runs here.
     timed = await db(timeouts.sweep)()
     # Every worker sweeps: each stalled run is claimed by one of them, once per lease period (the
     # continuation may wait in the queue longer than one sweep round).
-    stalled = await sync_to_async(store.claim_stalled_runs)()
+    stalled = await sync_to_async(lease.claim_stalled_runs)()
     for agent_id, run_id in stalled:
         logger.warning("run %s has no live driver: continuing it", run_id)
         await continue_run.aenqueue(agent_id, run_id)
     recovered = await sync_to_async(background.recover_abandoned)()
     dispatched = await background.dispatch_pending()
-    await sync_to_async(events.sweep)()  # webhooks and email: enqueue again what lost its task
-    await sync_to_async(health.record_heartbeat)()  # /healthz: this process sweeps
+    await sync_to_async(outbox.sweep)()  # webhooks and email: enqueue again what lost its task
+    await sync_to_async(workers.record_heartbeat)()  # /healthz: this process sweeps
     return {
         "expired": expired,
         **timed,

@@ -22,14 +22,14 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from agentrun import events
+from agentrun.core import outbox
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Decision, SuspendedToolCall
+from agentrun.core.selectors import SuspendedRunToolCall
+from agentrun.core.timeutil import iso
 from agentrun.engine import decisions, service
 from agentrun.engine.registry import get_agent
 from agentrun.engine.tools import TimeoutPolicy
-from agentrun.errors import AgentRunError
-from agentrun.models import Decision, SuspendedToolCall
-from agentrun.selectors import SuspendedRunToolCall
-from agentrun.timeutil import iso
 
 logger = logging.getLogger("agentrun.timeouts")
 
@@ -90,8 +90,8 @@ def send_due_warnings() -> int:
     for call in list(_open(warn_at__lte=timezone.now()).order_by("warn_at")[:BATCH]):
         with transaction.atomic():
             if _claim(call, "warn_at"):
-                events.record(
-                    events.TIMEOUT_WARNING, agent_id=call.run.agent_id, run_id=call.run_id, data=lambda c=call: _data(c)
+                outbox.record(
+                    outbox.TIMEOUT_WARNING, agent_id=call.run.agent_id, run_id=call.run_id, data=lambda c=call: _data(c)
                 )
                 sent += 1
     return sent
@@ -119,7 +119,7 @@ def _apply(call: SuspendedToolCall) -> bool:
         with transaction.atomic():
             if not _claim(call, "timeout_at"):
                 return False
-            events.record(events.ESCALATED, agent_id=call.run.agent_id, run_id=call.run_id, data=lambda: _data(call))
+            outbox.record(outbox.ESCALATED, agent_id=call.run.agent_id, run_id=call.run_id, data=lambda: _data(call))
         return True
     reason = OUTCOME_REASONS[outcome].format(tool=call.tool_name, timeout=timeout)
     if outcome == "cancel_run":

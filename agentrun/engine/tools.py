@@ -13,8 +13,8 @@ from typing import Any
 import jsonschema
 import pydantic
 
+from agentrun.core.errors import AgentRunError
 from agentrun.engine.inputs import json_problem
-from agentrun.errors import AgentRunError
 
 ApprovalPolicy = bool | Callable[["ToolContext", dict], bool | Awaitable[bool]]
 RISKS = ("low", "medium", "high")

@@ -12,8 +12,8 @@ from django.contrib.auth.models import Group, User
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
-from agentrun.models import Run
+from agentrun.core.access import REVIEWERS, VIEWERS, ensure_groups
+from agentrun.core.models import Run
 from tests.factories import is_rested, start, suspended_email_run, tool_line
 
 

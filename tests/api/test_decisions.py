@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connection
 
-from agentrun.models import Decision, IdempotencyKey, Message, Run, Snapshot, SuspendedToolCall, ToolEffect
+from agentrun.core.models import Decision, IdempotencyKey, Message, Run, Snapshot, SuspendedToolCall, ToolEffect
 from tests.api.conftest import ask_run, email_run, refund_run, token_client, two_call_run, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)

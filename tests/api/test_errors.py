@@ -112,7 +112,7 @@ def test_the_parser_stops_reading_after_1_mib_whatever_the_declared_length():
     from io import BytesIO
 
     from agentrun.api.http import BoundedJSONParser
-    from agentrun.errors import AgentRunError
+    from agentrun.core.errors import AgentRunError
 
     body = json.dumps({"messages": "x" * (1024 * 1024 + 10)}).encode()
     with pytest.raises(AgentRunError) as err:

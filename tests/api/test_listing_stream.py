@@ -7,7 +7,7 @@ import json
 import pytest
 from rest_framework.renderers import JSONRenderer
 
-from agentrun import selectors
+from agentrun.core import selectors
 from tests.api.conftest import email_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agentrun.models import Decision, RunStep
+from agentrun.core.models import Decision, RunStep
 from tests.api.conftest import ask_run, email_run, refund_run, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -294,7 +294,7 @@ def test_background_tasks(api, viewer_api):
 
 
 def test_background_tasks_are_listed_filtered_and_cancelled(api, viewer_api):
-    from agentrun.models import BackgroundTask, RunChunk
+    from agentrun.core.models import BackgroundTask, RunChunk
 
     run_id = email_run(thread="thread-bg")
     first = BackgroundTask.objects.create(

@@ -171,7 +171,7 @@ def test_fuzzing_also_sees_real_objects(api_schema, auth_header):
     """The same checks on responses about real objects (fuzzed ids rarely exist)."""
     from django.utils import timezone
 
-    from agentrun.models import Decision, Run, RunStep, Thread
+    from agentrun.core.models import Decision, Run, RunStep, Thread
 
     thread = Thread.objects.create(id="t-fuzz")
     run = Run.objects.create(agent_id="support-agent", thread=thread, status="completed", completed_at=timezone.now())

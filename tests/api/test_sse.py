@@ -7,7 +7,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from agentrun.models import Decision, RunChunk
+from agentrun.core.models import Decision, RunChunk
 from tests.api.asgi_client import AsgiClient
 from tests.api.conftest import email_run, wait_rested
 from tests.factories import EMAIL, tool_line

@@ -7,8 +7,8 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
-from agentrun.models import Run
+from agentrun.core.access import REVIEWERS, VIEWERS, ensure_groups
+from agentrun.core.models import Run
 from tests.factories import collect, get_agent, tool_line
 
 

@@ -10,7 +10,7 @@ from django.apps import apps
 from django.contrib import admin
 from django.urls import reverse
 
-from agentrun.models import Decision
+from agentrun.core.models import Decision
 from tests.approvals.conftest import suspend
 from tests.factories import EMAIL
 
@@ -80,7 +80,7 @@ ENGINE_STATE = ["run", "runstep", "snapshot", "suspendedtoolcall", "runchunk", "
 
 
 def test_engine_state_is_view_only_for_superusers_too(admin_client_):
-    from agentrun.models import BackgroundTask, Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall
+    from agentrun.core.models import BackgroundTask, Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall
 
     client, _ = admin_client_
     run_id = suspend("send-email", EMAIL, thread="t-view-only")
@@ -113,7 +113,7 @@ def test_engine_state_is_view_only_for_superusers_too(admin_client_):
 
 
 def test_cancel_run_action_goes_through_the_engine(admin_client_, reviewer):
-    from agentrun.models import Run, Snapshot, SuspendedToolCall
+    from agentrun.core.models import Run, Snapshot, SuspendedToolCall
 
     client, _ = admin_client_
     waiting = suspend("send-email", EMAIL, thread="t-cancel")
@@ -139,7 +139,7 @@ def test_staff_without_the_cancel_permission_gets_no_cancel_action(groups):
     from django.contrib.auth.models import Permission, User
     from django.test import Client
 
-    from agentrun.models import Run
+    from agentrun.core.models import Run
 
     run_id = suspend("send-email", EMAIL, thread="t-staff")
     staff = User.objects.create_user("stan", is_staff=True)

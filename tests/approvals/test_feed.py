@@ -6,8 +6,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from agentrun.access import VIEWERS, ensure_groups
 from agentrun.asgi import application
+from agentrun.core.access import VIEWERS, ensure_groups
 from tests.factories import EMAIL, suspended_email_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

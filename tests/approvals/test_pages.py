@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 from django.urls import reverse
 
-from agentrun.models import SuspendedToolCall
+from agentrun.core.models import SuspendedToolCall
 from tests.approvals.conftest import suspend
 from tests.factories import EMAIL, record_decision
 
@@ -184,7 +184,7 @@ def test_inbox_counts_per_agent_are_exact_from_the_counters(reviewer, django_ass
     from django.db.models import Q
     from django.utils import timezone
 
-    from agentrun.models import Run, Snapshot
+    from agentrun.core.models import Run, Snapshot
     from tests.approvals.conftest import start_run
     from tests.approvals.test_views import SUB_AGENT_REFUND
     from tests.factories import tool_line
@@ -255,7 +255,7 @@ def test_history_keeps_the_risk_the_reviewer_saw_after_the_tool_changes_its_decl
     import io
 
     from agentrun import get_agent
-    from agentrun.models import Decision
+    from agentrun.core.models import Decision
 
     client, _ = reviewer
     deleted = suspend("delete-record", {"table": "orders", "id": 7}, thread="t-risk-del")

@@ -8,7 +8,7 @@ from urllib.parse import unquote
 import pytest
 from django.urls import resolve, reverse
 
-from agentrun.models import Decision, Message, SuspendedToolCall, args_fingerprint
+from agentrun.core.models import Decision, Message, SuspendedToolCall, args_fingerprint
 from tests.approvals.conftest import start_run, suspend, wait_until_final
 from tests.factories import EMAIL
 
@@ -387,7 +387,7 @@ def test_decide_all_needs_the_listed_calls_and_decides_all_or_nothing(reviewer, 
 
 
 def test_always_approve_from_a_stale_card_grants_and_decides_nothing(reviewer):
-    from agentrun.models import StandingGrant
+    from agentrun.core.models import StandingGrant
 
     client, _ = reviewer
     run_id = suspend("send-email", EMAIL, thread="t-grant-stale")
@@ -395,7 +395,7 @@ def test_always_approve_from_a_stale_card_grants_and_decides_nothing(reviewer):
     SuspendedToolCall.objects.filter(pk=call.pk).update(args=dict(EMAIL, to="eve@example.com"))
     form = {"run_id": run_id, "tool_call_id": call.tool_call_id, "scope": "thread", "expires_in": "3600"}
     response = client.post(
-        reverse("notifications:grant-create"),
+        reverse("approvals:grant-create"),
         form | {"args_fingerprint": args_fingerprint(EMAIL)},
         headers={"HX-Request": "true"},
     )

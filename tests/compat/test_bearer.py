@@ -10,7 +10,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agentrun.asgi import application
-from agentrun.models import Decision
+from agentrun.core.models import Decision
 from tests.api.conftest import email_run, wait_rested
 from tests.factories import open_call_ids
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from agentrun.models import Decision, Run
+from agentrun.core.models import Decision, Run
 from tests.api.asgi_client import AsgiClient, AsgiResponse
 from tests.api.conftest import ask_run, email_run, refund_run, wait_rested
 from tests.factories import open_call_ids, tool_line

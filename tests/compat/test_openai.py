@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from openai._utils._path import path_template  # how the pinned SDK encodes path parameters
 from rest_framework.test import APIClient
 
-from agentrun.models import RunStep
+from agentrun.core.models import RunStep
 from tests.api.asgi_client import AsgiClient
 from tests.api.conftest import ask_run, email_run, wait_rested
 from tests.factories import suspended_email_run

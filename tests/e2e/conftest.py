@@ -182,7 +182,7 @@ def chromium(live_server_url: str) -> Iterator[Any]:
 def users(_shared_db: None) -> dict[str, Any]:
     from django.contrib.auth.models import Group, User
 
-    from agentrun.access import REVIEWERS, VIEWERS
+    from agentrun.core.access import REVIEWERS, VIEWERS
 
     made = {}
     for name, group in (("rita", REVIEWERS), ("olga", REVIEWERS), ("vic", VIEWERS)):
@@ -273,7 +273,7 @@ def suspend() -> Callable[..., tuple[str, str]]:
     """``suspend(tool_id, args, thread=...)`` → (run id, tool call id) of a run waiting on that call."""
     import json
 
-    from agentrun.models import SuspendedToolCall
+    from agentrun.core.models import SuspendedToolCall
 
     def _suspend(tool_id: str, args: dict, *, thread: str, resource: str = "cust-42") -> tuple[str, str]:
         run_id = start_run("support-agent", f"/tool {tool_id} {json.dumps(args)}", thread=thread, resource=resource)

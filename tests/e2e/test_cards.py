@@ -14,7 +14,7 @@ import pytest
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from agentrun.models import Decision, Run, SuspendedToolCall, ToolEffect, args_fingerprint
+from agentrun.core.models import Decision, Run, SuspendedToolCall, ToolEffect, args_fingerprint
 from tests.e2e.conftest import (
     DESKTOP,
     EMAIL,
@@ -387,7 +387,7 @@ def test_keyboard_moves_between_cards_and_decides_the_focused_one(login, suspend
 
 # --- context: why the agent asks, for whom, and a question as prose ------------------------------------
 def test_the_card_shows_the_agents_reason_the_resource_and_a_question_as_prose(login, suspend):
-    from agentrun.models import Message
+    from agentrun.core.models import Message
 
     thread = unique("t-context")
     run_id, call_id = suspend("send-email", EMAIL, thread=thread, resource="acme/cust 7")

@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agentrun.models import Decision, Message, Run, ToolEffect
+from agentrun.core.models import Decision, Message, Run, ToolEffect
 from tests.e2e.conftest import EMAIL, call_card, unique, wait_live
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from agentrun.models import Decision, Run, ToolEffect
+from agentrun.core.models import Decision, Run, ToolEffect
 from notifications.delivery import notifier
 from tests.e2e.conftest import E2E_DIR, screenshot
 from tests.factories import wait_for_tasks
@@ -45,7 +45,7 @@ def mailbox(settings, tmp_path: Path, live_server_url: str) -> Path:
 def erin(users):
     from django.contrib.auth.models import Group, User
 
-    from agentrun.access import REVIEWERS
+    from agentrun.core.access import REVIEWERS
 
     user, _ = User.objects.get_or_create(username="erin", defaults={"email": "erin@example.com"})
     user.groups.add(Group.objects.get(name=REVIEWERS))

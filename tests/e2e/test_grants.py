@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from agentrun.models import Decision, Run, StandingGrant
+from agentrun.core.models import Decision, Run, StandingGrant
 from tests.e2e.conftest import run_python_api, screenshot
 
 pytestmark = pytest.mark.e2e

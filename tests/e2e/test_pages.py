@@ -9,7 +9,7 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from agentrun.models import Decision, SuspendedToolCall
+from agentrun.core.models import Decision, SuspendedToolCall
 from tests.e2e.conftest import EMAIL, run_python_api, start_run, unique, wait_live
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,7 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
-from agentrun.models import Run, SuspendedToolCall
+from agentrun.core.models import Run, SuspendedToolCall
 from tests.e2e.conftest import DESKTOP, PHONE, run_python_api, screenshot, start_run
 
 pytestmark = pytest.mark.e2e

@@ -17,13 +17,14 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentrun import Agent, get_agent
+from agentrun.core.ids import new_id
+from agentrun.core.models import Run, RunStep, Snapshot, SnapshotCount
+from agentrun.core.selectors import list_suspended_runs
 from agentrun.demo import send_email
 from agentrun.engine import store
+from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.decisions import cancel_on_timeout, cancel_run, expire_due_runs
 from agentrun.engine.providers import usage_dict
-from agentrun.ids import new_id
-from agentrun.models import Run, RunStep, Snapshot, SnapshotCount
-from agentrun.selectors import list_suspended_runs
 from tests.factories import (
     EMAIL,
     bulk_suspended_runs,
@@ -251,7 +252,7 @@ def _suspend(i: int, barrier: threading.Barrier) -> str:
             metadata={},
             options={},
         )
-        log = store.ChunkLog(run.id, run.next_seq, [])
+        log = ChunkLog(run.id, run.next_seq, [])
         call = {"id": f"call-{i}", "name": "send-email", "args": EMAIL}
         tool_step = store.record_model_step(
             run, log, message_id=new_id("msg"), text="", calls=[call], usage=usage_dict(0, 0), started_at=timezone.now()

@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from agentrun import get_agent
-from agentrun.models import Decision, SuspendedToolCall
+from agentrun.core.models import Decision, SuspendedToolCall
 from tests.factories import EMAIL, record_decision, start, suspended_email_run, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,8 +43,8 @@ def test_automatic_decisions_keep_the_calls_risk_too():
 
     from django.utils import timezone
 
+    from agentrun.core.models import Run, Snapshot, StandingGrant
     from agentrun.engine.decisions import expire_run_if_due
-    from agentrun.models import Run, Snapshot, StandingGrant
 
     delete = tool_line("delete-record", {"table": "t", "id": 1})
     StandingGrant.objects.create(agent_id="support-agent", tool_name="delete-record", scope="thread", scope_id="t-g")

@@ -6,7 +6,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from agentrun import AgentRunError, get_agent, get_run
-from agentrun.models import Decision, Snapshot, SuspendedToolCall, ToolEffect
+from agentrun.core.models import Decision, Snapshot, SuspendedToolCall, ToolEffect
 from tests.factories import (
     EMAIL,
     chunk_rows,

@@ -14,9 +14,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentrun import AgentRunError, get_agent, get_run
+from agentrun.core.models import Decision, ToolEffect
+from agentrun.core.selectors import list_suspended_runs
 from agentrun.engine.loop import Segment
-from agentrun.models import Decision, ToolEffect
-from agentrun.selectors import list_suspended_runs
 from tests.factories import EMAIL, bulk_suspended_runs, final_answer, suspended_email_run
 from tests.factories import record_decision as decide
 

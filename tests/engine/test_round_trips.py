@@ -12,12 +12,12 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from agentrun import Agent, ToolContext, get_agent, tool
+from agentrun.core.models import Run, ToolEffect
 from agentrun.demo import send_email
 from agentrun.engine import store
 from agentrun.engine.decisions import DecisionRequest, cancel_run, expire_run_if_due, record_decisions
 from agentrun.engine.loop import Segment
 from agentrun.engine.runtime import db
-from agentrun.models import Run, ToolEffect
 from benchmarks.cycle import statement_log
 from tests.factories import EMAIL, of_type, record_decision, start, tool_line
 

@@ -19,11 +19,11 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from agentrun import AgentRunError, get_agent
-from agentrun.access import REVIEWERS, ensure_groups
 from agentrun.asgi import application
+from agentrun.core.access import REVIEWERS, ensure_groups
+from agentrun.core.models import Decision, RunChunk, Snapshot, SuspendedToolCall, ToolEffect
 from agentrun.engine import dispatch
 from agentrun.engine.service import DecisionRequest, decide_tool_call, decide_tool_calls
-from agentrun.models import Decision, RunChunk, Snapshot, SuspendedToolCall, ToolEffect
 from tests.api.asgi_client import AsgiClient
 from tests.factories import EMAIL, rested, start, tool_line
 

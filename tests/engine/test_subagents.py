@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from agentrun import AgentRunError, get_agent, get_run
-from agentrun.models import Decision, ToolEffect
+from agentrun.core.models import Decision, ToolEffect
 from tests.factories import collect, final_answer, of_type, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,7 +162,7 @@ async def test_deciding_the_sub_agents_call_directly_decides_the_supervisors_cal
 async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_once():
     from django.contrib.auth.models import Group, User
 
-    from agentrun.access import REVIEWERS, ensure_groups
+    from agentrun.core.access import REVIEWERS, ensure_groups
 
     rita = await User.objects.acreate(username="rita")
     await sync_to_async(ensure_groups)()
@@ -179,7 +179,7 @@ async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_once():
 
 
 async def test_the_surfaced_call_carries_the_inner_tools_risk_and_binds_to_what_would_run():
-    from agentrun.models import args_fingerprint
+    from agentrun.core.models import args_fingerprint
 
     outer_id, payload, _ = await _supervised_refund()
     supervisor = get_agent("support-supervisor")

@@ -11,9 +11,9 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agentrun.engine import store
+from agentrun.core.models import Decision, Run, Snapshot, SuspendedToolCall, Thread
+from agentrun.engine import lease
 from agentrun.engine.decisions import expire_due_runs
-from agentrun.models import Decision, Run, Snapshot, SuspendedToolCall, Thread
 from tests.factories import bulk_suspended_runs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -78,7 +78,7 @@ def test_the_sweeps_queries_use_partial_indexes_at_volume():
             cursor.execute(f"VACUUM ANALYZE {table}")
 
     with CaptureQueriesContext(connection) as captured:
-        claimed = store.claim_stalled_runs()
+        claimed = lease.claim_stalled_runs()
     assert sorted(run_id for _, run_id in claimed) == sorted(waiting[10:12] + waiting[20:23])
     lease_plan, undriven_plan = plans(captured.captured_queries, "agentrun_run")
     assert "run_lease_expiry" in lease_plan and "Seq Scan" not in lease_plan, lease_plan
@@ -87,7 +87,7 @@ def test_the_sweeps_queries_use_partial_indexes_at_volume():
         undriven_plan
     ), undriven_plan
     # Claimed: a second sweeper finds nothing to dispatch until the dispatch lease lapses.
-    assert store.claim_stalled_runs() == []
+    assert lease.claim_stalled_runs() == []
 
     with CaptureQueriesContext(connection) as captured:
         assert expire_due_runs() == 3
@@ -121,12 +121,12 @@ def test_sweepers_skip_the_runs_another_one_holds_instead_of_waiting():
     with transaction.atomic():
         # Another sweeper (or a decider) is working on these two runs right now.
         list(Run.objects.select_for_update().filter(pk__in=[held_due, held_stalled]))
-        claimed = _in_another_connection(store.claim_stalled_runs)
+        claimed = _in_another_connection(lease.claim_stalled_runs)
         assert [run_id for _, run_id in claimed] == [waiting[6]]
         assert _in_another_connection(expire_due_runs) == 1
         assert Run.objects.get(pk=waiting[1]).status == Run.Status.EXPIRED
     # Released: the next round takes the rest.
-    assert [run_id for _, run_id in store.claim_stalled_runs()] == [held_stalled]
+    assert [run_id for _, run_id in lease.claim_stalled_runs()] == [held_stalled]
     assert expire_due_runs() == 1
     assert Run.objects.get(pk=held_due).status == Run.Status.EXPIRED
     assert Run.objects.get(pk=held_due).expired_at <= timezone.now() + timedelta(seconds=1)

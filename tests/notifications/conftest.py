@@ -17,7 +17,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core import mail
 
-from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
+from agentrun.core.access import REVIEWERS, VIEWERS, ensure_groups
 from notifications.delivery import notifier
 from notifications.models import WebhookEndpoint
 from tests.factories import wait_for_tasks

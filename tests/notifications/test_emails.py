@@ -9,8 +9,8 @@ from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
+from agentrun.core.models import OutboxEvent
 from agentrun.engine.service import decide_tool_call
-from agentrun.models import OutboxEvent
 from notifications import delivery
 from notifications.models import EmailNotice, NotificationPreference
 from tests.api.conftest import ask_run, email_run, refund_run

@@ -11,8 +11,8 @@ from django.core import signing
 from django.test import Client
 from django.utils import timezone
 
+from agentrun.core.models import Decision, Message, ToolEffect
 from agentrun.engine.service import decide_tool_call
-from agentrun.models import Decision, Message, ToolEffect
 from notifications import links
 from notifications.models import DecisionLink
 from tests.api.conftest import email_run, wait_rested

@@ -15,8 +15,8 @@ from django.db import connection
 from django.utils import timezone
 
 from agentrun import Agent, ToolContext, tool
+from agentrun.core.models import Decision, OutboxEvent, Run, Snapshot, SuspendedToolCall, ToolEffect
 from agentrun.engine import sweeper, timeouts
-from agentrun.models import Decision, OutboxEvent, Run, Snapshot, SuspendedToolCall, ToolEffect
 from tests.api.conftest import wait_rested
 from tests.factories import bulk_suspended_runs, final_answer, start, tool_line, wait_for_tasks
 from tests.notifications.conftest import make_user, sent_emails

@@ -16,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentrun import get_agent
+from agentrun.core.models import Decision, OutboxEvent, Run, Snapshot
 from agentrun.engine.decisions import cancel_run, expire_due_runs
 from agentrun.engine.service import decide_tool_call
-from agentrun.models import Decision, OutboxEvent, Run, Snapshot
 from notifications import delivery
 from notifications.models import WebhookDelivery
 from tests.api.conftest import email_run, wait_rested

@@ -24,7 +24,7 @@ def _no_embedded_sweeper(settings):
 
 def row_counts() -> dict[str, int]:
     """What a refused request must leave as it was."""
-    from agentrun.models import (
+    from agentrun.core.models import (
         Decision,
         IdempotencyKey,
         Message,
@@ -51,7 +51,7 @@ def reviewer_token(username: str = "rita") -> str:
     from django.contrib.auth.models import Group, User
     from rest_framework.authtoken.models import Token
 
-    from agentrun.access import REVIEWERS, ensure_groups
+    from agentrun.core.access import REVIEWERS, ensure_groups
 
     ensure_groups()
     user = User.objects.create_user(username, password="pw-12345678")

@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 
-from agentrun.models import Run, SuspendedToolCall, ToolEffect
+from agentrun.core.models import Run, SuspendedToolCall, ToolEffect
 from tests.api.conftest import ask_run, email_run, wait_rested
 from tests.factories import EMAIL, of_type, start
 from tests.robustness.conftest import reviewer_token, row_counts, ws
@@ -331,7 +331,7 @@ def test_huge_valid_args_are_applied_once_and_the_run_completes(api):
     run = wait_rested(run_id)
     assert run.status == Run.Status.COMPLETED
     assert ToolEffect.objects.filter(run_id=run_id).count() == 1
-    from agentrun.models import Decision
+    from agentrun.core.models import Decision
 
     assert Decision.objects.get(run_id=run_id).edited_args["body"] == big["body"]
 
@@ -525,7 +525,7 @@ async def _assert_error_then_usable(comm, run_id: str | None = None) -> str:
     answer = await comm.receive_json_from(timeout=10)
     assert answer["type"] == "error", answer
     code = answer["error"]["code"]
-    from agentrun.errors import HTTP_STATUS
+    from agentrun.core.errors import HTTP_STATUS
 
     assert code in HTTP_STATUS and 400 <= HTTP_STATUS[code] < 500
     assert await comm.receive_nothing(timeout=0.05), "one frame in, one error out; the socket stays open"

@@ -11,9 +11,10 @@ from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.utils import timezone
 
-from agentrun import health
+from agentrun.core import workers
+from agentrun.core.models import WorkerHeartbeat
 from agentrun.engine.sweeper import sweep_once
-from agentrun.models import WorkerHeartbeat
+from agentrun.server import health
 
 
 def _closed_port() -> int:
@@ -39,16 +40,16 @@ def test_ok_once_the_embedded_sweeper_has_swept(client, settings, path):
         "latencyMs": body["channelLayer"]["latencyMs"],
     }
     assert body["workersSeenRecently"] is True
-    [me] = [w for w in body["workers"] if w["id"] == health.process_id()]
+    [me] = [w for w in body["workers"] if w["id"] == workers.process_id()]
     assert me["host"] == socket.gethostname() and me["role"] == "server"
     assert set(me) == {"id", "host", "pid", "role", "seenAt"}
 
 
 @pytest.mark.django_db
 def test_an_agentrun_worker_reports_itself_as_a_worker(client, monkeypatch):
-    monkeypatch.setattr(health, "process_role", "worker")
+    monkeypatch.setattr(workers, "process_role", "worker")
     async_to_sync(sweep_once)()
-    [me] = [w for w in client.get("/healthz").json()["workers"] if w["id"] == health.process_id()]
+    [me] = [w for w in client.get("/healthz").json()["workers"] if w["id"] == workers.process_id()]
     assert me["role"] == "worker"
 
 
@@ -68,8 +69,8 @@ def test_without_a_recent_worker_it_is_degraded_but_still_serving(client, settin
 @pytest.mark.django_db
 def test_heartbeats_of_long_gone_processes_are_forgotten():
     WorkerHeartbeat.objects.create(id="gone:1", host="gone", pid=1, seen_at=timezone.now() - timedelta(days=2))
-    health.record_heartbeat()
-    assert list(WorkerHeartbeat.objects.values_list("id", flat=True)) == [health.process_id()]
+    workers.record_heartbeat()
+    assert list(WorkerHeartbeat.objects.values_list("id", flat=True)) == [workers.process_id()]
 
 
 @pytest.mark.django_db
@@ -154,7 +155,7 @@ async def test_the_real_asgi_server_sweeps_and_reports_itself(settings):
 @pytest.mark.django_db
 def test_a_draining_web_process_answers_503_so_the_load_balancer_takes_it_out(client, monkeypatch):
     async_to_sync(sweep_once)()
-    monkeypatch.setattr(health, "draining", True)  # what agentrun.daphne_ws sets on SIGTERM
+    monkeypatch.setattr(health, "draining", True)  # what agentrun.server.web sets on SIGTERM
     response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["status"] == "draining"

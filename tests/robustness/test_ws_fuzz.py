@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentrun.errors import HTTP_STATUS
+from agentrun.core.errors import HTTP_STATUS
 from tests.api.conftest import ask_run, email_run
 from tests.robustness.conftest import reviewer_token, ws
 

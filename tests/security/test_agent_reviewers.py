@@ -6,10 +6,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 
-from agentrun import access
+from agentrun.core import access
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Decision
 from agentrun.engine.agents import get_agent
-from agentrun.errors import AgentRunError
-from agentrun.models import Decision
 from tests.api.asgi_client import AsgiClient
 from tests.factories import collect, rested, start, tool_line
 from tests.security.test_matrix import MAPPING, make_principals, new_thread, run_state, token_of

@@ -32,12 +32,12 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
 from agentrun.asgi import application
+from agentrun.core.access import REVIEWERS, VIEWERS, ensure_groups
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import BackgroundTask, Decision, Run, RunStep, SuspendedToolCall
 from agentrun.engine.agents import get_agent
 from agentrun.engine.service import decide_tool_call as decide
-from agentrun.errors import AgentRunError
-from agentrun.models import BackgroundTask, Decision, Run, RunStep, SuspendedToolCall
 from tests.api.asgi_client import AsgiClient
 from tests.api.conftest import wait_rested
 from tests.factories import collect, rested, start, suspended_email_run, tool_line

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from agentrun.core.models import BackgroundTask, Message, Run
 from agentrun.engine.agents import Agent, get_agent
 from agentrun.engine.background import PLACEHOLDER, cancel
 from agentrun.engine.tools import tool
-from agentrun.models import BackgroundTask, Message, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

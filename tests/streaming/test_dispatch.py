@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
+from agentrun.core.models import Run, RunChunk
 from agentrun.engine.agents import follow, get_agent
 from agentrun.engine.service import decide_tool_call
-from agentrun.models import Run, RunChunk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,9 +9,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from agentrun.core.models import BackgroundTask, Decision, Run, SuspendedToolCall, ToolEffect
 from agentrun.engine.agents import get_agent
 from agentrun.engine.sweeper import sweep_once
-from agentrun.models import BackgroundTask, Decision, Run, SuspendedToolCall, ToolEffect
 from tests.factories import record_decision as decide
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,10 +9,10 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
+from agentrun.core.fanout import RunPublisher, SubscriberReset, subscribe
 from agentrun.engine.agents import get_agent
+from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.loop import TAKEOVER_FINISH
-from agentrun.engine.store import ChunkLog
-from agentrun.fanout import RunPublisher, SubscriberReset, subscribe
 from tests.streaming.test_websockets import EMAIL, communicator, receive_until, reviewer_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,7 +90,7 @@ async def test_the_run_event_stream_ends_with_a_reset_event_whose_id_is_the_seq_
 
     from django.utils import timezone
 
-    from agentrun.models import Run
+    from agentrun.core.models import Run
     from tests.api.asgi_client import AsgiClient
     from tests.api.test_sse import parse
 

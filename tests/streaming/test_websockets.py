@@ -8,10 +8,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from agentrun.access import REVIEWERS, ensure_groups
 from agentrun.asgi import application
+from agentrun.core.access import REVIEWERS, ensure_groups
+from agentrun.core.models import RunChunk, ToolEffect
 from agentrun.engine.agents import get_agent
-from agentrun.models import RunChunk, ToolEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -142,7 +142,7 @@ async def test_a_client_that_disconnects_does_not_stop_the_run():
     await comm.send_json_to({"action": "stream", "messages": "/sleep 300\nstill here", "memory": {"thread": "ws-5"}})
     start = await comm.receive_json_from(timeout=5)
     await comm.disconnect()
-    from agentrun.models import Run
+    from agentrun.core.models import Run
 
     for _ in range(100):
         run = await Run.objects.aget(pk=start["runId"])

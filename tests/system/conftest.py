@@ -94,7 +94,7 @@ class Processes:
     ) -> tuple[subprocess.Popen, int]:
         """A daphne server; ``port`` given: restart on that port (waits until it is free)."""
         port = port or free_port()
-        args = [str(BIN / "python"), "-m", "agentrun.daphne_ws", "-b", "127.0.0.1", "-p", str(port)]
+        args = [str(BIN / "python"), "-m", "agentrun.server.web", "-b", "127.0.0.1", "-p", str(port)]
         args.append("agentrun.asgi:application")  # agentrun's daphne, as scripts/production.sh runs it
         proc = self._spawn(name, args, env)
         wait_for_port(port, proc)
@@ -330,7 +330,7 @@ def create_reviewer(processes: Processes, username: str) -> str:
     code = (
         "from django.contrib.auth.models import Group, User;"
         "from rest_framework.authtoken.models import Token;"
-        "from agentrun.access import REVIEWERS, ensure_groups;"
+        "from agentrun.core.access import REVIEWERS, ensure_groups;"
         "ensure_groups();"
         f"u = User.objects.create_user({username!r}, password='pw-12345678');"
         "u.groups.add(Group.objects.get(name=REVIEWERS));"

@@ -9,14 +9,14 @@ import asyncio
 
 from asgiref.sync import sync_to_async
 
+from agentrun.core.errors import AgentRunError
 from agentrun.engine.agents import Agent, get_agent
 from agentrun.engine.tools import ToolContext, tool
-from agentrun.errors import AgentRunError
 
 
 @sync_to_async
 def _apply_once(ctx: ToolContext, to: str) -> None:
-    from agentrun.models import ToolEffect
+    from agentrun.core.models import ToolEffect
 
     ToolEffect.objects.get_or_create(
         tool_call_id=ctx.tool_call_id, defaults={"run_id": ctx.run_id, "tool_name": "slow-send", "payload": {"to": to}}

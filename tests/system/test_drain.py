@@ -36,7 +36,7 @@ async def suspended_runs(count: int) -> list[str]:
 
 
 def test_sigterm_under_decision_load_drains_in_bounded_time_and_every_decision_completes(processes):
-    from agentrun.models import Decision, Run
+    from agentrun.core.models import Decision, Run
 
     token = create_reviewer(processes, "drain")
     drain = {"AGENTRUN_DRAIN_SECONDS": str(DRAIN)}
@@ -99,7 +99,7 @@ def test_sigterm_under_decision_load_drains_in_bounded_time_and_every_decision_c
 
 
 def test_sigterm_to_a_worker_in_a_long_tool_call_leaves_within_the_drain_and_the_run_completes(processes):
-    from agentrun.models import Decision, Run, RunChunk, ToolEffect
+    from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
 
     token = create_reviewer(processes, "drain-worker")
     drain = {"AGENTRUN_DRAIN_SECONDS": str(DRAIN)}

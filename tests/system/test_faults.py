@@ -211,7 +211,7 @@ def test_redis_going_away_loses_no_decision_and_subscribers_replay(processes, pr
     run = api_b.run(run_id)
     assert run["status"] == "completed", run
 
-    from agentrun.models import Decision, RunChunk, ToolEffect
+    from agentrun.core.models import Decision, RunChunk, ToolEffect
 
     assert Decision.objects.filter(run_id=run_id).count() == 1
     assert ToolEffect.objects.filter(run_id=run_id).count() == 1
@@ -240,7 +240,7 @@ def _try_replay(port: int, token: str, run_id: str, after: int) -> tuple[list[di
 
 # --- a worker killed mid-continuation ---------------------------------------------------------------
 def test_a_worker_killed_mid_continuation_is_taken_over_by_the_other(processes):
-    from agentrun.models import Decision, Run, RunChunk, ToolEffect
+    from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
 
     token = create_reviewer(processes, "faults-worker")
     _, port = processes.daphne("daphne")
@@ -279,7 +279,7 @@ def test_a_worker_killed_mid_continuation_is_taken_over_by_the_other(processes):
 def test_a_web_process_killed_mid_stream_is_taken_over_and_the_client_resumes(processes):
     """The streaming web process and the worker driving the run both die mid model call: the other
     worker takes the run over, and the client resumes on the other web process."""
-    from agentrun.models import Run, RunChunk
+    from agentrun.core.models import Run, RunChunk
 
     token = create_reviewer(processes, "faults-web")
     server_a, port_a = processes.daphne("daphne-a")

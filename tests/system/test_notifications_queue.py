@@ -12,8 +12,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django_tasks_db.models import DBTaskResult
 
+from agentrun.core.models import Run, SuspendedToolCall
 from agentrun.engine.agents import get_agent
-from agentrun.models import Run, SuspendedToolCall
 from notifications.models import WebhookDelivery, WebhookEndpoint
 from tests.notifications.conftest import receiver  # noqa: F401 - the real HTTP receiver fixture
 from tests.system.test_processes import EMAIL, reviewer_token

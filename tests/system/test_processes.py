@@ -11,7 +11,7 @@ import pytest
 import websockets
 from asgiref.sync import sync_to_async
 
-from agentrun.models import Decision, Run, RunChunk, ToolEffect
+from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -23,7 +23,7 @@ def reviewer_token() -> str:
     from django.contrib.auth.models import Group, User
     from rest_framework.authtoken.models import Token
 
-    from agentrun.access import REVIEWERS, ensure_groups
+    from agentrun.core.access import REVIEWERS, ensure_groups
 
     ensure_groups()
     user = User.objects.create_user("sysrev", password="pw-12345678")
@@ -125,8 +125,8 @@ async def test_killing_the_process_running_a_continuation_does_not_lose_or_repea
 async def test_an_idle_worker_is_woken_by_a_decision_not_by_its_poll(processes):
     """Workers LISTEN for enqueued tasks (PostgreSQL NOTIFY): a decision's continuation starts at once even
     though the only worker polls once a minute and the sweeper's fallback would wait a minute too."""
+    from agentrun.core.models import WorkerHeartbeat
     from agentrun.engine.agents import get_agent
-    from agentrun.models import WorkerHeartbeat
 
     slow_fallbacks = {"AGENTRUN_LEASE_SECONDS": "60"}
     token = await reviewer_token()

@@ -23,7 +23,7 @@ import pytest
 import requests
 import websockets
 
-from agentrun.models import Decision, Run, RunChunk, ToolEffect
+from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
 from tests.system.conftest import create_reviewer, figures, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -73,7 +73,7 @@ class LiveSubscriber(threading.Thread):
 
 
 def test_a_worker_killed_mid_continuation_leaves_a_well_formed_log_for_every_reader(processes):
-    from agentrun.models import Decision, Run, RunChunk, ToolEffect
+    from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
 
     token = create_reviewer(processes, "takeover")
     _, port = processes.daphne("daphne")

@@ -1,4 +1,4 @@
-"""Websockets through the real server (agentrun.daphne_ws): frame limits and slow subscribers."""
+"""Websockets through the real server (agentrun.server.web): frame limits and slow subscribers."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ async def _subscriber(port: int, token: str, run_id: str, slow: bool) -> tuple[l
 
 
 def test_slow_subscribers_of_a_10k_chunk_run_are_closed_cleanly_and_resume_without_loss(processes):
-    from agentrun.models import RunChunk
+    from agentrun.core.models import RunChunk
 
     token = create_reviewer(processes, "ws-slow")
     _, port = processes.daphne("daphne", env={"AGENTRUN_WS_MAX_LAG": "500"})

@@ -28,8 +28,8 @@ from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
-from agentrun import health
-from agentrun.engine import store
+from agentrun.core import workers
+from agentrun.engine import lease
 from agentrun.engine.sweeper import run_forever
 
 logger = logging.getLogger("agentrun.worker")
@@ -86,7 +86,7 @@ class WakingWorker(Worker):
         time.sleep(seconds)
         logger.warning("drain of %.0f s over: the task in progress is left to another worker", seconds)
         try:
-            store.expire_leases_of_this_process()
+            lease.expire_leases_of_this_process()
         finally:
             logging.shutdown()
             os._exit(1)
@@ -155,7 +155,7 @@ class Command(DbWorkerCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.configure_logging(options["verbosity"])
-        health.process_role = "worker"  # its heartbeats (each sweep) say so on /healthz
+        workers.process_role = "worker"  # its heartbeats (each sweep) say so on /healthz
         stop_sweeping = threading.Event()
         sweeper = threading.Thread(
             target=lambda: asyncio.run(run_forever(stop=stop_sweeping)), name="agentrun-sweeper", daemon=True

@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 
-from agentrun.access import REVIEWERS, VIEWERS, ensure_groups
-from agentrun.models import Snapshot
+from agentrun.core.access import REVIEWERS, VIEWERS, ensure_groups
+from agentrun.core.models import Snapshot
 
 SEED_THREAD_PREFIX = "demo-"
 RESET_ENV = "AGENTRUN_RESET_DEMO_PASSWORD"

@@ -5,8 +5,8 @@ No authentication, JSON, no session or CSRF work. Checks:
 - ``database``: ``SELECT 1`` and its latency;
 - ``channelLayer``: a send and receive on a fresh channel (with Redis, the round trip through it);
 - ``workers``: processes whose sweep (``agentrun.engine.sweeper.sweep_once``) recorded a heartbeat
-  within ``3 × AGENTRUN_SWEEP_SECONDS``: the ``agentrun_worker`` processes, and on the embedded
-  default the server's own sweeper.
+  (``agentrun.core.workers``) within ``3 × AGENTRUN_SWEEP_SECONDS``: the ``agentrun_worker``
+  processes, and on the embedded default the server's own sweeper.
 
 Status: ``503`` when the database or the channel layer fails (this process cannot serve: take it out
 of the load balancer), or while it drains after SIGTERM (``status: "draining"``). Without a recent
@@ -18,11 +18,8 @@ back, so restarting web processes would not help — alert on it instead.
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import time
 import uuid
-from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -30,37 +27,16 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.urls import re_path
-from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from agentrun.timeutil import iso
+from agentrun.core import workers as workers_seen
 
 LAYER_TIMEOUT_SECONDS = 2.0
-SEEN_RECENTLY_SWEEPS = 3
-FORGET_AFTER = timedelta(days=1)
 
-# "worker" in agentrun_worker processes (the command sets it), "server" where the server sweeps itself.
-process_role = "server"
-# Set when this web process drains after SIGTERM (agentrun.daphne_ws): /healthz answers 503 "draining"
+# Set when this web process drains after SIGTERM (agentrun.server.web): /healthz answers 503 "draining"
 # so that a load balancer stops sending it requests.
 draining = False
-
-
-def process_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def record_heartbeat() -> None:
-    """Called at the end of each successful sweep: this process is alive and sweeping."""
-    from agentrun.models import WorkerHeartbeat
-
-    now = timezone.now()
-    WorkerHeartbeat.objects.update_or_create(
-        id=process_id(),
-        defaults={"host": socket.gethostname(), "pid": os.getpid(), "role": process_role, "seen_at": now},
-    )
-    WorkerHeartbeat.objects.filter(seen_at__lt=now - FORGET_AFTER).delete()
 
 
 def _check_database() -> dict[str, Any]:
@@ -72,16 +48,6 @@ def _check_database() -> dict[str, Any]:
     except Exception as exc:  # any failure of the database is the answer, not a 500
         return {"ok": False, "latencyMs": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
     return {"ok": True, "latencyMs": round((time.perf_counter() - started) * 1000, 2)}
-
-
-def _recent_workers() -> list[dict[str, Any]]:
-    from agentrun.models import WorkerHeartbeat
-
-    since = timezone.now() - timedelta(seconds=SEEN_RECENTLY_SWEEPS * settings.AGENTRUN_SWEEP_SECONDS)
-    return [
-        {"id": w.id, "host": w.host, "pid": w.pid, "role": w.role, "seenAt": iso(w.seen_at)}
-        for w in WorkerHeartbeat.objects.filter(seen_at__gte=since)[:100]
-    ]
 
 
 async def _check_channel_layer() -> dict[str, Any]:
@@ -113,7 +79,7 @@ async def health_report() -> tuple[int, dict[str, Any]]:
     workers: list[dict[str, Any]] = []
     if database["ok"]:
         try:
-            workers = await sync_to_async(_recent_workers)()
+            workers = await sync_to_async(workers_seen.recent_workers)()
         except Exception as exc:  # e.g. migrations not applied yet
             database = {**database, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     serving = database["ok"] and layer["ok"] and not draining

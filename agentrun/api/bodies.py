@@ -10,9 +10,9 @@ from typing import Any
 
 from django.conf import settings
 
+from agentrun.core.errors import AgentRunError
 from agentrun.engine.decisions import DecisionRequest
 from agentrun.engine.inputs import json_problem
-from agentrun.errors import AgentRunError
 
 STREAM_FIELDS = {"messages", "memory", "untilIdle", "requireToolApproval", "maxSteps", "metadata"}
 

@@ -1,6 +1,6 @@
 """agentrun's web server: daphne, with websocket answers the contract can name.
 
-    python -m agentrun.daphne_ws -b 0.0.0.0 -p 8000 agentrun.asgi:application   (any daphne option)
+    python -m agentrun.server.web -b 0.0.0.0 -p 8000 agentrun.asgi:application   (any daphne option)
 
 What it changes in daphne (4.x, autobahn underneath):
 
@@ -17,7 +17,7 @@ What it changes in daphne (4.x, autobahn underneath):
   closing handshake, so the connection was aborted mid-stream. Here a websocket ``send`` waits while
   the connection's write buffer is full (Twisted pauses the connection as a producer above 64 KiB), so
   a consumer feels a slow client (``ws/runs`` then closes it with 4008 once it is too far behind, see
-  ``agentrun.fanout.SubscriberBehind``), and the closing handshake waits up to
+  ``agentrun.core.fanout.SubscriberBehind``), and the closing handshake waits up to
   ``CLOSE_HANDSHAKE_SECONDS`` for the client to read what was sent before the close frame.
 """
 
@@ -150,7 +150,7 @@ class Server(DaphneServer):
             self.stop()
             return
         self.drain_deadline = time.monotonic() + self.drain_seconds
-        from agentrun import health  # Django's side, loaded with the application by now
+        from agentrun.server import health  # Django's side, loaded with the application by now
 
         health.draining = True  # /healthz: 503 "draining", out of the load balancer
         logger.info("%s: draining for at most %.0f s", signal.Signals(signum).name, self.drain_seconds)

@@ -19,9 +19,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from agentrun.models import OutboxEvent
+from agentrun.core.models import OutboxEvent
 
-logger = logging.getLogger("agentrun.events")
+logger = logging.getLogger("agentrun.core.outbox")
 
 RUN_SUSPENDED = "run.suspended"
 TOOLCALL_DECIDED = "toolcall.decided"

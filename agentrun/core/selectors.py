@@ -16,9 +16,9 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agentrun.errors import AgentRunError
-from agentrun.models import Decision, Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
-from agentrun.timeutil import iso, parse_datetime_bound
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Decision, Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
+from agentrun.core.timeutil import iso, parse_datetime_bound
 
 MAX_PER_PAGE = 1000
 MAX_PAGE = 10**9  # page * perPage must stay a valid OFFSET on every database
@@ -313,7 +313,7 @@ def decision_history(
 ) -> QuerySet[Decision]:
     """The audit trail, filtered: what ``GET /api/decisions`` and the dashboard's history page both read.
 
-    ``hidden``: agents the reader is outside of (``agentrun.access.hidden_agent_ids``). Empty filters
+    ``hidden``: agents the reader is outside of (``agentrun.core.access.hidden_agent_ids``). Empty filters
     are ignored; dates bound ``decidedAt`` inclusively (``INVALID_DATE`` otherwise). Unordered: the
     caller pages it (cursor or page number) on ``(decided_at, id)``.
     """

@@ -9,8 +9,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.ids import new_id
-from agentrun.timeutil import iso
+from agentrun.core.ids import new_id
+from agentrun.core.timeutil import iso
 
 
 def args_fingerprint(args: Any) -> str:
@@ -95,7 +95,7 @@ class Run(models.Model):
         permissions = [("start_run", "Can start runs"), ("cancel_run", "Can cancel runs")]
         indexes = [
             models.Index(fields=["thread", "created_at"], name="run_thread_created"),
-            # Serves the sweep's expired-lease query (store.claim_stalled_runs): only runs being driven
+            # Serves the sweep's expired-lease query (lease.claim_stalled_runs): only runs being driven
             # (or dispatched) hold a lease, so its cost follows the runs in flight, not the history.
             models.Index(fields=["lease_expires_at"], name="run_lease_expiry", condition=Q(lease_owner__isnull=False)),
         ]
@@ -368,7 +368,7 @@ class SuspendedToolCall(models.Model):
                 name="suspended_call_timeout",
                 condition=Q(status="open", timeout_at__isnull=False),
             ),
-            # Serves the sweep's undriven-decision query (store.claim_stalled_runs): decided calls whose
+            # Serves the sweep's undriven-decision query (lease.claim_stalled_runs): decided calls whose
             # continuation never started; the open calls people are still looking at are not in it.
             models.Index(
                 fields=["run"], name="suspended_call_decided", condition=Q(status__in=["decided", "executing"])
@@ -688,7 +688,7 @@ def _event_id() -> str:
 
 
 class OutboxEvent(models.Model):
-    """What happened to a run, for listeners outside the engine (webhooks, email; ``agentrun.events``).
+    """What happened to a run, for listeners outside the engine (webhooks, email; ``agentrun.core.outbox``).
 
     Written in the transaction of the state change itself, so an event exists exactly when its change
     does; ``id`` is the stable event id receivers deduplicate on."""

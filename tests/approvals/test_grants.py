@@ -13,8 +13,8 @@ from django.utils import timezone
 from pydantic import BaseModel
 
 from agentrun import Agent, ToolContext, tool
+from agentrun.core.models import Decision, StandingGrant, SuspendedToolCall, ToolEffect
 from agentrun.engine.service import decide_tool_call
-from agentrun.models import Decision, StandingGrant, SuspendedToolCall, ToolEffect
 from tests.api.conftest import token_client, wait_rested
 from tests.factories import EMAIL, collect, final_answer, of_type, rested, start, tool_line
 from tests.notifications.conftest import make_user

@@ -1,7 +1,8 @@
 """A small process supervisor (standard library only) for ``scripts/production.sh``.
 
-    python -m agentrun.supervisor --process "web-0=python -m agentrun.daphne_ws -p 8000 agentrun.asgi:application" \\
-                                  --process "worker-1=python manage.py agentrun_worker" …
+    python -m agentrun.server.supervisor \\
+        --process "web-0=python -m agentrun.server.web -p 8000 agentrun.asgi:application" \\
+        --process "worker-1=python manage.py agentrun_worker" …
 
 - Starts every process (each in a process group of its own, so a terminal's Ctrl-C reaches only the
   supervisor, which forwards it). A process that exits — crash, signal, exit code 0 alike — is started
@@ -126,7 +127,7 @@ def parse_process(spec: str) -> Child:
 
 def main(argv: list[str] | None = None) -> int:
     drain = float(os.environ.get("AGENTRUN_DRAIN_SECONDS", "10"))
-    parser = argparse.ArgumentParser(prog="python -m agentrun.supervisor", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m agentrun.server.supervisor", description=__doc__.split("\n")[0])
     parser.add_argument("--process", action="append", type=parse_process, required=True, metavar="NAME=COMMAND")
     parser.add_argument("--stop-seconds", type=float, default=drain + 5, help="SIGTERM to SIGKILL (drain + 5)")
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@ Granting from a call card approves that call too (a person's decision, ``via`` d
 the grant in the same transaction; later calls the grant covers are approved by the engine itself
 (``agentrun.engine.decisions.approve_by_grant``: a decision ``via`` policy naming the grant). Whoever
 may decide an agent's calls may grant and revoke for it. On a high-risk call the card's form first asks
-to confirm, as its Approve does (``notifications.views.grant_create``).
+to confirm, as its Approve does (``approvals.views.grant_create``).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from agentrun import access
+from agentrun.core import access
+from agentrun.core.errors import AgentRunError
+from agentrun.core.models import Decision, StandingGrant, SuspendedToolCall
 from agentrun.engine.service import DecisionOutcome, decide_tool_call
-from agentrun.errors import AgentRunError
-from agentrun.models import Decision, StandingGrant, SuspendedToolCall
 
 
 def grant_for_call(*, user: Any, call: SuspendedToolCall, scope: str, expires_in: float | None) -> StandingGrant:

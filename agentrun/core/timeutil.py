@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agentrun.errors import AgentRunError
+from agentrun.core.errors import AgentRunError
 
 
 def iso(dt: datetime | None) -> str | None:

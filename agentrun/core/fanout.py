@@ -24,9 +24,9 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection
 from django.utils import timezone
 
-from agentrun.models import Run, RunChunk
+from agentrun.core.models import Run, RunChunk
 
-logger = logging.getLogger("agentrun.fanout")
+logger = logging.getLogger("agentrun.core.fanout")
 
 APPROVALS_GROUP = "approvals"
 GAP_POLL_SECONDS = 0.05

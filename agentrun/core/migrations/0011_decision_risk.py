@@ -19,8 +19,8 @@ RISK_ORDER = {"low": 0, "medium": 1, "high": 2}
 
 def _declared_risk(agent_id, tool_name):
     """The risk the history page derived from the registry before this migration (frozen here)."""
+    from agentrun.core.errors import AgentRunError
     from agentrun.engine.registry import get_agent
-    from agentrun.errors import AgentRunError
 
     try:
         tool = get_agent(agent_id).tools.get(tool_name)

@@ -10,12 +10,12 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from agentrun.access import START_PERMISSION, can_decide, can_view, in_agent_scope
+from agentrun.api.bodies import decision_kwargs, decode_frame, stream_kwargs
+from agentrun.core.access import START_PERMISSION, can_decide, can_view, in_agent_scope
+from agentrun.core.errors import AgentRunError
+from agentrun.core.fanout import SubscriberBehind, SubscriberReset, subscribe
+from agentrun.core.models import Run
 from agentrun.engine.agents import get_agent
-from agentrun.errors import AgentRunError
-from agentrun.fanout import SubscriberBehind, SubscriberReset, subscribe
-from agentrun.models import Run
-from agentrun.wire import decision_kwargs, decode_frame, stream_kwargs
 
 MESSAGE_TOO_BIG = 1009
 SUBSCRIBER_BEHIND = 4008
@@ -50,7 +50,7 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             return
         agent_id = await Run.objects.filter(pk=run_id).values_list("agent_id", flat=True).afirst()
         if agent_id is None or not await sync_to_async(in_agent_scope)(self.user, agent_id):
-            # A hidden agent's run reads as missing (agentrun.access).
+            # A hidden agent's run reads as missing (agentrun.core.access).
             await self.send_json(_error("RUN_NOT_FOUND", f"No run {run_id}."))
             await self.close(code=4404)
             return
@@ -58,7 +58,7 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def _forward(self, run_id: str, after: int) -> None:
         try:
-            # send_json waits while the client's connection is backed up (agentrun.daphne_ws), so a
+            # send_json waits while the client's connection is backed up (agentrun.server.web), so a
             # slow reader's chunks wait here, counted against AGENTRUN_WS_MAX_LAG.
             chunks = subscribe(run_id, after, until="final", max_lag=settings.AGENTRUN_WS_MAX_LAG, resync=True)
             async for chunk in chunks:
@@ -130,7 +130,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 await self.send_json(_error(exc.code, exc.message))
                 if exc.code == "PAYLOAD_TOO_LARGE":
                     # Over 1 MiB: the error frame, then close 1009 (message too big), as the server
-                    # itself does for a frame it will not read (agentrun.daphne_ws).
+                    # itself does for a frame it will not read (agentrun.server.web).
                     await self.close(code=MESSAGE_TOO_BIG)
             return
         await self.receive_json(content)
