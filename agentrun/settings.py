@@ -329,7 +329,7 @@ if env_bool("AGENTRUN_HTTPS", False):
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     # Health checks come over plain HTTP from the load balancer.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz/?$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^readyz/?$", r"^metrics$"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
