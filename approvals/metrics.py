@@ -130,27 +130,30 @@ class ToolDay:
         return judged >= CANDIDATE_MIN_DECISIONS and (self.unedited_rate or 0) >= CANDIDATE_RATE
 
     def add(self, row: dict[str, Any]) -> None:
+        """A count row: decisions (or escalations) of one kind, via, policy, edited or not."""
         n, kind, via, policy = row["n"], row["kind"], row["via"], row["policy"]
         if kind == DecisionRollup.ESCALATE:
             self.escalations += n
             return
         self.by_kind[kind] = self.by_kind.get(kind, 0) + n
-        via = f"{via} ({policy})" if policy else via
-        self.by_via[via] = self.by_via.get(via, 0) + n
+        shown = f"{via} ({policy})" if policy else via
+        self.by_via[shown] = self.by_via.get(shown, 0) + n
         if policy == "timeout":
             self.timeouts += n
-        if row["via"] == "system" and kind == "expire":
+        if via == "system" and kind == "expire":
             self.expiries += n
-        if row["via"] in AUTOMATIC_VIAS:
+        if via in AUTOMATIC_VIAS:
             return
-        if (bucket := row["wait_bucket"]) >= 0:
-            self.waits[bucket] = self.waits.get(bucket, 0) + n
         if kind == "approve":
             self.person_approved += n
             if not row["edited"]:
                 self.person_approved_unedited += n
         elif kind == "decline":
             self.person_declined += n
+
+    def add_waits(self, bucket: int, n: int) -> None:
+        """People's decisions in one wait bucket."""
+        self.waits[bucket] = self.waits.get(bucket, 0) + n
 
 
 @dataclass
@@ -182,26 +185,36 @@ class Report:
 def build_report(*, hidden: frozenset[str], days: int) -> Report:
     today = timezone.now().date()
     since = today - timedelta(days=days - 1)
-    rows = (
-        DecisionRollup.objects.filter(day__gte=since)
-        .exclude(agent_id__in=hidden)
-        .values("tool_name", "day", "kind", "via", "policy", "edited", "wait_bucket")
+    rollup = DecisionRollup.objects.filter(day__gte=since).exclude(agent_id__in=hidden).order_by()
+    counts = rollup.values("tool_name", "day", "kind", "via", "policy", "edited").annotate(n=Sum("decisions"))
+    waits = (
+        rollup.filter(wait_bucket__gte=0)
+        .exclude(via__in=AUTOMATIC_VIAS)
+        .exclude(kind=DecisionRollup.ESCALATE)
+        .values("tool_name", "day", "wait_bucket")
         .annotate(n=Sum("decisions"))
-        .order_by()
     )
     tools: dict[str, ToolDay] = {}
     per_day: dict[tuple[str, date], ToolDay] = {}
     all_days = {since + timedelta(days=i): ToolDay("", since + timedelta(days=i)) for i in range(days)}
     total = ToolDay("", None)
-    for row in rows:
-        tool, day = row["tool_name"], row["day"]
-        for bucket in (
+
+    def targets(tool: str, day: date) -> tuple[ToolDay, ...]:
+        return (
             tools.setdefault(tool, ToolDay(tool, None)),
             per_day.setdefault((tool, day), ToolDay(tool, day)),
             all_days.setdefault(day, ToolDay("", day)),
             total,
-        ):
-            bucket.add(row)
+        )
+
+    # Two grouped reads, each without the dimension the other needs: the counts (no wait bucket), and
+    # the wait histogram of people's decisions (no kind, via, policy): far fewer rows than both at once.
+    for row in counts:
+        for target in targets(row["tool_name"], row["day"]):
+            target.add(row)
+    for row in waits:
+        for target in targets(row["tool_name"], row["day"]):
+            target.add_waits(row["wait_bucket"], row["n"])
     return Report(
         since=since,
         until=today,
