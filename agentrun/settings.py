@@ -1,7 +1,9 @@
 """Django settings for agentrun, configured from the environment.
 
 The embedded default (no variables set) is SQLite + an in-memory channel layer + in-process tasks.
-Production sets DATABASE_URL (PostgreSQL), REDIS_URL and SECRET_KEY, and runs `manage.py db_worker`.
+Production sets DATABASE_URL (PostgreSQL), REDIS_URL and SECRET_KEY, and runs `manage.py agentrun_worker`
+(tasks and the sweep: expiry, stalled runs, timeouts, the outbox; `--queue-name notifications` for webhooks
+and email), as scripts/production.sh does.
 """
 
 from __future__ import annotations
