@@ -179,7 +179,7 @@ REST_FRAMEWORK = {
         "agentrun.api.authentication.BearerTokenAuthentication",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # One error envelope for every API error (CONTRACT §4).
+    # One error envelope for every API error (docs/api.md#errors).
     "EXCEPTION_HANDLER": "agentrun.api.exceptions.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
@@ -279,8 +279,8 @@ X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 
 
-# --- notifications: email, webhooks, signed links (CONTRACT §8; the notifications app) ----------
-# Email goes through Django's mailers, configured from the environment variables CONTRACT §8 names
+# --- notifications: email, webhooks, signed links (docs/notifications.md; the notifications app) ---
+# Email goes through Django's mailers, configured from the environment variables docs/notifications.md#3-email names
 # (Django 6.1 deprecates the EMAIL_* settings themselves in favour of MAILERS).
 _EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 _email_options: dict = {}
