@@ -1,4 +1,4 @@
-"""The demo agents of CONTRACT §7 (registered when AGENTRUN_DEMO_AGENTS is on, the default)."""
+"""The demo agents (docs/runs.md#demo-agents), registered when AGENTRUN_DEMO_AGENTS is on (the default)."""
 
 from __future__ import annotations
 

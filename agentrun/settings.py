@@ -1,7 +1,9 @@
 """Django settings for agentrun, configured from the environment.
 
 The embedded default (no variables set) is SQLite + an in-memory channel layer + in-process tasks.
-Production sets DATABASE_URL (PostgreSQL), REDIS_URL and SECRET_KEY, and runs `manage.py db_worker`.
+Production sets DATABASE_URL (PostgreSQL), REDIS_URL and SECRET_KEY, and runs `manage.py agentrun_worker`
+(tasks and the sweep: expiry, stalled runs, timeouts, the outbox; `--queue-name notifications` for webhooks
+and email), as scripts/production.sh does.
 """
 
 from __future__ import annotations
@@ -179,7 +181,7 @@ REST_FRAMEWORK = {
         "agentrun.api.authentication.BearerTokenAuthentication",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # One error envelope for every API error (CONTRACT §4).
+    # One error envelope for every API error (docs/api.md#errors).
     "EXCEPTION_HANDLER": "agentrun.api.exceptions.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
@@ -335,8 +337,8 @@ X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 
 
-# --- notifications: email, webhooks, signed links (CONTRACT §8; the notifications app) ----------
-# Email goes through Django's mailers, configured from the environment variables CONTRACT §8 names
+# --- notifications: email, webhooks, signed links (docs/notifications.md; the notifications app) ---
+# Email goes through Django's mailers, configured from the environment variables docs/notifications.md#3-email names
 # (Django 6.1 deprecates the EMAIL_* settings themselves in favour of MAILERS).
 _EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 _email_options: dict = {}

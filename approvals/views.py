@@ -1,4 +1,4 @@
-"""Reviewer pages (CONTRACT §6): the inbox, thread and run pages, history, standing grants. Function
+"""Reviewer pages (docs/dashboard.md): the inbox, thread and run pages, history, standing grants. Function
 views; htmx requests get the page's partial section.
 
 Per-agent reviewers (``agentrun.core.access``): a hidden agent's runs are 404 and absent from the inbox,

@@ -1,4 +1,4 @@
-"""REST for webhook endpoints (CONTRACT §8): superusers, and staff holding the model permission.
+"""REST for webhook endpoints (docs/notifications.md#25-rest): superusers, and staff holding the model permission.
 
 ``GET/POST /api/webhook-endpoints/``, ``GET/PATCH/DELETE /api/webhook-endpoints/{id}``,
 ``GET /api/webhook-endpoints/{id}/deliveries``. ``secret`` is write-only: a POST without one gets a

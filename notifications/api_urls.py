@@ -1,4 +1,4 @@
-"""REST routes of the webhook endpoints (CONTRACT §8), mounted under /api/ before the engine's API
+"""REST routes of the webhook endpoints (docs/notifications.md#25-rest), mounted under /api/ before the engine's API
 (whose last route answers any other /api/ path with 404)."""
 
 from __future__ import annotations

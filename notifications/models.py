@@ -57,7 +57,8 @@ class WebhookEndpoint(models.Model):
         )
 
     def to_dict(self) -> dict:
-        """CONTRACT §8: ``{id, url, secret (write-only), events, agents, active}`` (+ format, createdAt)."""
+        """``{id, url, secret (write-only), events, agents, active}`` (+ format, createdAt):
+        docs/notifications.md#25-rest."""
         return {
             "id": self.id,
             "url": self.url,
@@ -107,7 +108,8 @@ class WebhookDelivery(models.Model):
         return f"{self.event_id} → {self.endpoint_id}"
 
     def to_dict(self) -> dict:
-        """CONTRACT §8: ``{id, eventId, type, status, attempts, responseStatus, nextAttemptAt}`` (+ the rest)."""
+        """``{id, eventId, type, status, attempts, responseStatus, nextAttemptAt}`` (+ the rest):
+        docs/notifications.md#25-rest."""
         return {
             "id": self.id,
             "eventId": self.event_id,

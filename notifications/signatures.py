@@ -1,4 +1,5 @@
-"""Standard Webhooks signatures (https://www.standardwebhooks.com/), as CONTRACT §8 fixes them.
+"""Standard Webhooks signatures (https://www.standardwebhooks.com/), as
+docs/notifications.md#22-signatures-standard-webhooks says.
 
 Headers ``webhook-id`` (the event id, the same on every retry), ``webhook-timestamp`` (Unix seconds of
 the attempt) and ``webhook-signature``: ``v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">``.

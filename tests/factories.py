@@ -1,8 +1,8 @@
 """Helpers that build runs the way a user would (through the engine), in one place.
 
-Runs are started with the offline ``directive`` model (CONTRACT §7): a line ``/tool <id> <json>`` of the
-user message makes a tool call. ``RecordingModel`` is the one scripted piece: a language model that
-remembers what it was sent.
+Runs are started with the offline ``directive`` model (docs/runs.md#the-offline-model): a line
+``/tool <id> <json>`` of the user message makes a tool call. ``RecordingModel`` is the one scripted
+piece: a language model that remembers what it was sent.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The JSON bodies of CONTRACT §4 (camelCase) turned into the Python API's keyword arguments.
+"""The JSON bodies of docs/api.md (camelCase) turned into the Python API's keyword arguments.
 
 REST views and the ``ws/agents/`` consumer both use these, so a body means the same everywhere.
 """
@@ -18,7 +18,7 @@ STREAM_FIELDS = {"messages", "memory", "untilIdle", "requireToolApproval", "maxS
 
 
 def max_body_size() -> int:
-    """Bodies and websocket frames: at most 1 MiB (CONTRACT §4)."""
+    """Bodies and websocket frames: at most 1 MiB (docs/api.md#conventions)."""
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 1024 * 1024
 
 
@@ -111,7 +111,7 @@ MAX_BATCH = 100
 
 def batch_requests(body: Any) -> list[DecisionRequest]:
     """``{"decisions": [{toolCallId, decision, args?, reason?, resumeData?, argsFingerprint?}, …]}``
-    (CONTRACT §8) → decision requests; a bad item is refused with its ``details.index``."""
+    (docs/api.md#batch-decisions) → decision requests; a bad item is refused with its ``details.index``."""
     items = _object(body).get("decisions")
     if not isinstance(items, list) or not items:
         raise AgentRunError("INVALID_REQUEST", "decisions must be a non-empty list")

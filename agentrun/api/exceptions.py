@@ -1,4 +1,4 @@
-"""The one exception handler of the REST API: every error becomes the §4 envelope.
+"""The one exception handler of the REST API: every error becomes the envelope of docs/api.md#errors.
 
 ``{"error": {"code", "message", "details"?}}`` — contract errors (``AgentRunError``) keep their code
 and status; DRF's and Django's own errors are mapped to the contract's codes.

@@ -1,5 +1,6 @@
-"""Mastra's agent routes under ``/api/mastra/`` (CONTRACT §8), so ``@mastra/client-js`` works with
-``apiPrefix: "/api/mastra"``: a thin adapter over the native API's engine, permissions and decisions.
+"""Mastra's agent routes under ``/api/mastra/`` (docs/api.md#compatibility-prefixes), so
+``@mastra/client-js`` works with ``apiPrefix: "/api/mastra"``: a thin adapter over the native API's engine,
+permissions and decisions.
 
 Shapes are those of ``@mastra/server`` (verified against 1.69.0, and ``@mastra/client-js`` 1.47.0):
 

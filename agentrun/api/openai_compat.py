@@ -1,4 +1,4 @@
-"""The Azure AI Agents / OpenAI Assistants read API under ``/api/openai/v1/`` (CONTRACT §8).
+"""The Azure AI Agents / OpenAI Assistants read API under ``/api/openai/v1/`` (docs/api.md#compatibility-prefixes).
 
 Point an Assistants client at ``<server>/api/openai/v1`` (the ``openai`` SDK's ``base_url``, the
 ``azure-ai-agents`` SDK's ``endpoint``) with an API token as its key (sent as ``Authorization: Bearer``)

@@ -1,4 +1,4 @@
-"""Request and response shapes of CONTRACT §4, for the OpenAPI schema.
+"""Request and response shapes of docs/api.md, for the OpenAPI schema.
 
 Bodies are validated by ``agentrun.api.bodies`` and the engine (the websocket consumer shares them), so these
 serializers describe; they do not validate. Responses are the models' ``to_dict()``.

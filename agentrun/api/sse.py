@@ -1,4 +1,5 @@
-"""Server-sent events (CONTRACT §5): ``id: <seq>``, ``event: chunk``, ``data: <chunk JSON>``, then ``done``."""
+"""Server-sent events (docs/api.md#server-sent-events): ``id: <seq>``, ``event: chunk``,
+``data: <chunk JSON>``, then ``done``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Routes of CONTRACT §4. Every path answers with and without its trailing slash; the schema shows
+"""Routes of docs/api.md#routes. Every path answers with and without its trailing slash; the schema shows
 the contract's spelling only (``agentrun.api.schema.drop_slash_aliases``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The REST API of CONTRACT §4: thin views over the engine's services and selectors.
+"""The REST API of docs/api.md: thin views over the engine's services and selectors.
 
 JSON endpoints are ordinary DRF views. The event-stream endpoints are DRF views too (same
 authentication, permissions and error envelope) that answer with a ``StreamingHttpResponse`` over an
@@ -298,7 +298,7 @@ class ResumeView(DecisionView):
 
 
 class BatchDecisionView(DecisionView):
-    """Several calls of one run decided all-or-nothing in one transaction (CONTRACT §8)."""
+    """Several calls of one run decided all-or-nothing in one transaction (docs/api.md#batch-decisions)."""
 
     def requests(self, body: Any) -> list[DecisionRequest]:
         return batch_requests(body)

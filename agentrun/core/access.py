@@ -27,7 +27,7 @@ How each surface answers (the same rule everywhere, so nothing tells a hidden ag
   (websocket frame), 403 (dashboard). The global check runs first and does not depend on the agent, so
   it reveals nothing either.
 - **Dashboard decide POST**: 403 for anyone who may not decide that call (a viewer, or a reviewer outside
-  the agent's groups), as CONTRACT §6 asks of a forged decision.
+  the agent's groups), as docs/dashboard.md#who-may says of a forged decision.
 - **Python API**: ``decide(..., decided_by=<User>)`` (and ``Agent.approve_tool_call`` & co.) raises
   ``AgentRunError("PERMISSION_DENIED")`` when that user may not decide the agent's calls.
   ``decided_by=None`` or a string is trusted server code and is not checked.

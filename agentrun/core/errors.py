@@ -1,4 +1,4 @@
-"""Contract errors: every one is an ``AgentRunError`` whose ``code`` names it (CONTRACT §4)."""
+"""Contract errors: every one is an ``AgentRunError`` whose ``code`` names it (docs/api.md#errors)."""
 
 from __future__ import annotations
 

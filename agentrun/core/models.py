@@ -15,7 +15,7 @@ from agentrun.core.timeutil import iso
 
 
 def args_fingerprint(args: Any) -> str:
-    """CONTRACT §8: sha256 (hex) of the canonical JSON of a call's arguments.
+    """docs/api.md#argsfingerprint: sha256 (hex) of the canonical JSON of a call's arguments.
 
     A person approves what they saw: every decision surface may send the fingerprint of the arguments it
     displayed, and the decision is refused (``ARGS_CHANGED``) when the call's arguments are not those.
@@ -118,7 +118,7 @@ class Run(models.Model):
         return self.status in self.FINAL_STATUSES
 
     def to_dict(self) -> dict:
-        """The run object of CONTRACT §4."""
+        """The run object (docs/api.md#runs-steps-and-messages)."""
         return {
             "id": self.id,
             "object": "thread.run",
@@ -180,7 +180,7 @@ class RunStep(models.Model):
         return self.id
 
     def to_dict(self) -> dict:
-        """The step object of CONTRACT §4 (Azure ``RunStep``): usage is null while in progress."""
+        """The step object (docs/api.md#runs-steps-and-messages; Azure ``RunStep``): usage is null while in progress."""
         return {
             "id": self.id,
             "object": "thread.run.step",
@@ -345,7 +345,7 @@ class SuspendedToolCall(models.Model):
     # How many times this call suspended before (a resumed tool may suspend again).
     suspension = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
-    # How dangerous the call is, for the person deciding it (the tool's ``risk``; CONTRACT §8).
+    # How dangerous the call is, for the person deciding it (the tool's ``risk``; docs/runs.md#approval).
     risk = models.CharField(max_length=8, choices=Risk.choices, default=Risk.MEDIUM)
     # The decision this call carries out. A sub-agent's inner call shares the decision made on the
     # supervisor's call that surfaced it: one click, one decision record.
@@ -458,7 +458,7 @@ class Decision(models.Model):
         return f"{self.kind} {self.tool_call_id}"
 
     def to_dict(self) -> dict:
-        """The decision of CONTRACT §4; an automatic decision adds ``details`` (what decided, §8)."""
+        """The decision object (docs/api.md#the-audit-trail); an automatic decision adds ``details`` (what decided)."""
         data = {
             "id": self.id,
             "runId": self.run_id,
@@ -530,7 +530,7 @@ def _background_task_id() -> str:
 
 
 class BackgroundTask(models.Model):
-    """A tool call that runs outside the turn that made it (CONTRACT §3.9)."""
+    """A tool call that runs outside the turn that made it (docs/runs.md#background-tasks)."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -734,7 +734,7 @@ class OutboxEvent(models.Model):
         return f"{self.type} {self.id}"
 
     def envelope(self) -> dict:
-        """The webhook body of CONTRACT §8: ``{id, type, createdAt, data}``."""
+        """The webhook body (docs/notifications.md#21-the-request): ``{id, type, createdAt, data}``."""
         return {"id": self.id, "type": self.type, "createdAt": iso(self.created_at), "data": self.data}
 
 

@@ -33,7 +33,8 @@ RUN_CANCELLED = "run.cancelled"
 TIMEOUT_WARNING = "approval.timeout_warning"
 ESCALATED = "approval.escalated"
 
-# CONTRACT §8's event types, then ``approval.escalated`` (a timeout policy handed a call to another group).
+# The event types of docs/notifications.md#1-events; ``approval.escalated`` last (a timeout policy
+# handed a call to another group).
 EVENT_TYPES = (
     RUN_SUSPENDED,
     TOOLCALL_DECIDED,

@@ -1,4 +1,4 @@
-"""``Agent``: the Python API of CONTRACT §2 — the façade over the engine's layers.
+"""``Agent``: the Python API (docs/runs.md#the-python-api) — the façade over the engine's layers.
 
 Agents register themselves by id (``agentrun.engine.registry``). Decisions go through the one decision
 service (``agentrun.engine.service``) and return a stream that follows the continuation through the
@@ -120,7 +120,7 @@ class Agent:
         options = {
             "max_steps": normalize_max_steps(max_steps),
             "require_tool_approval": bool(require_tool_approval),
-            # Without memory there is no thread to write results back to: a plain stream (CONTRACT §3.10).
+            # Without memory there is no thread to write results back to: a plain stream (docs/runs.md#until-idle).
             "until_idle": until_idle if thread_id else None,
         }
         run = await db(store.create_run)(
@@ -165,7 +165,7 @@ class Agent:
         return stream.start(produce)
 
     async def _until_idle(self, run_id: str, sink: Any, after: int, max_idle_ms: float) -> None:
-        """Keep the stream open while the run's background tasks work (CONTRACT §3.10).
+        """Keep the stream open while the run's background tasks work (docs/runs.md#until-idle).
 
         Each batch of finished tasks starts a continuation turn (a segment) naming their calls; the
         turns' chunks, and the ``background-task-*`` chunks, reach this stream through the fan-out.

@@ -1,4 +1,4 @@
-"""Background tool calls (CONTRACT §3.9): dispatched through the Tasks framework, limited, retried,
+"""Background tool calls (docs/runs.md#background-tasks): dispatched through the Tasks framework, limited, retried,
 timed out, cancellable, recovered when their process dies.
 
 The model sees a placeholder at once; on completion the placeholder in the thread's memory is

@@ -43,7 +43,7 @@ class DecisionRequest:
     args: Any = None  # approve only: the edited arguments (a full replacement; a JSON string is parsed)
     reason: str | None = None
     resume_data: Any = None  # resume only
-    args_fingerprint: str | None = None  # the displayed arguments' fingerprint (CONTRACT §8)
+    args_fingerprint: str | None = None  # the displayed arguments' fingerprint (docs/api.md#argsfingerprint)
 
 
 @dataclass
@@ -66,7 +66,7 @@ class DecisionOutcome:
         return self.decisions[0]
 
     def to_dict(self) -> dict:
-        """The 202 body of a single decision (CONTRACT §4)."""
+        """The 202 body of a single decision (docs/api.md#decisions)."""
         return {
             "runId": self.run_id,
             "toolCallId": self.tool_call_ids[0],
@@ -75,7 +75,7 @@ class DecisionOutcome:
         }
 
     def batch_dict(self) -> dict:
-        """The 202 body of a batch (CONTRACT §8)."""
+        """The 202 body of a batch (docs/api.md#batch-decisions)."""
         return {
             "runId": self.run_id,
             "decisions": [
@@ -172,7 +172,7 @@ def _indexed(exc: AgentRunError, index: int | None) -> AgentRunError:
 def _surfacing_call(run: Run, tool_call_id: str | None) -> SuspendedToolCall | None:
     """The supervisor's open call that surfaces this sub-agent run's call, if it is one.
 
-    Deciding an inner call is deciding the supervisor's call that shows it (CONTRACT §3.6): one
+    Deciding an inner call is deciding the supervisor's call that shows it (docs/runs.md#sub-agents): one
     decision, and the supervisor's run goes on, whichever door the person used.
     """
     calls = SuspendedToolCall.objects.filter(

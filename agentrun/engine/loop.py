@@ -99,7 +99,7 @@ class Segment:
             self.log = ChunkLog(run.id, run.next_seq, self.sinks)
             if run.segment_open:
                 # Taken over: the previous driver died mid-segment (its lease lapsed). Close its segment
-                # first, so every reader of the log sees exactly one finish per segment (CONTRACT §5).
+                # first, so every reader of the log sees exactly one finish per segment (docs/api.md#chunks).
                 logger.warning("run %s: closing the segment of a driver that died", run.id)
                 self.emit("finish", TAKEOVER_FINISH)
                 await db(self.log.flush_sync)()

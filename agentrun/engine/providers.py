@@ -80,7 +80,7 @@ def result_line(message: dict) -> str:
 
 
 class DirectiveModel:
-    """Deterministic offline model (CONTRACT §7): it obeys directives in the last user message."""
+    """Deterministic offline model (docs/runs.md#the-offline-model): it obeys directives in the last user message."""
 
     name = "directive"
 

@@ -171,7 +171,7 @@ def record_model_step(
                     ],
                 },
                 created_at=started_at,
-                usage=usage,  # hidden while the step is in progress (CONTRACT §3.11)
+                usage=usage,  # hidden while the step is in progress (docs/runs.md#steps-and-statuses)
             )
             steps.append(tool_step)
         RunStep.objects.bulk_create(steps)
@@ -400,7 +400,7 @@ def record_suspension(
 
 
 def suspended_run(run: Run, suspended_at: Any) -> SuspendedRun:
-    """The run as the listing shows it (CONTRACT §4 ``AgentRun``), with the calls open now."""
+    """The run as the listing shows it (``AgentRun``, docs/api.md#the-listing), with the calls open now."""
     calls = SuspendedToolCall.objects.filter(run_id=run.pk, status=SuspendedToolCall.Status.OPEN)
     return SuspendedRun(
         run_id=run.pk,

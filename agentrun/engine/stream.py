@@ -116,7 +116,7 @@ class RunStream:
         result = await asyncio.shield(self._first_turn)
         return getattr(result, name)
 
-    # Aggregates describe the first turn only (CONTRACT §2); ``await stream.text``.
+    # Aggregates describe the first turn only (docs/runs.md#the-python-api); ``await stream.text``.
     @property
     def text(self) -> Awaitable[str]:
         return self._first("first_text")

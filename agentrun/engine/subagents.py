@@ -1,4 +1,4 @@
-"""Sub-agents (CONTRACT §3.6): a supervisor's tool ``agent-<id>`` runs another agent on its thread.
+"""Sub-agents (docs/runs.md#sub-agents): a supervisor's tool ``agent-<id>`` runs another agent on its thread.
 
 The inner run is a run of its own (its own memory, steps and chunks). When it waits for a person, its
 open call surfaces on the supervisor's call (``InnerRunSuspended``); deciding that call carries the same

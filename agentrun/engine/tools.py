@@ -140,7 +140,7 @@ class Tool:
         self.requires_approval = requires_approval
         if risk is not None and risk not in RISKS:
             raise ValueError(f"risk must be one of {', '.join(RISKS)}, not {risk!r}")
-        # How dangerous a call is, for the person deciding it (CONTRACT §8): an approval tool is
+        # How dangerous a call is, for the person deciding it (docs/runs.md#approval): an approval tool is
         # "medium" unless it says otherwise; a tool that runs on its own is "low".
         self.explicit_risk = risk
         self.risk = risk or ("medium" if requires_approval else "low")

@@ -1,13 +1,13 @@
-"""agentrun's web server: daphne, with websocket answers the contract can name.
+"""agentrun's web server: daphne, with the websocket answers docs/api.md#websockets documents.
 
     python -m agentrun.server.web -b 0.0.0.0 -p 8000 agentrun.asgi:application   (any daphne option)
 
 What it changes in daphne (4.x, autobahn underneath):
 
-- **A frame over 1 MiB** (CONTRACT §4/§5: bodies and frames are at most 1 MiB). Daphne's own limit
+- **A frame over 1 MiB** (bodies and frames are at most 1 MiB: docs/api.md#conventions). Daphne's own limit
   (``--websocket-max-message-size``, 1 MiB) is checked by autobahn as soon as a frame's header
   announces its length, before its payload is read, and autobahn then drops the TCP connection.
-  Here the client gets the contract's error frame ``PAYLOAD_TOO_LARGE`` and a clean close **1009**
+  Here the client gets the error frame ``PAYLOAD_TOO_LARGE`` and a clean close **1009**
   (message too big) instead; the rest of the oversized message is read and discarded, never buffered.
 - **Close codes of the 1xxx range** a server may send (1009, 1011): autobahn's ``sendClose`` only
   takes 1000 and 3000–4999, so a consumer's ``close(code=1009)`` raised inside daphne; they are sent

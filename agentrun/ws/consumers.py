@@ -1,4 +1,4 @@
-"""Websockets (CONTRACT §5). Thin: authorize, then relay the fan-out or the Python API."""
+"""Websockets (docs/api.md#websockets). Thin: authorize, then relay the fan-out or the Python API."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             async for chunk in chunks:
                 await self.send_json(chunk)
         except SubscriberBehind as behind:
-            # Too far behind: a clean close that says where to resume (CONTRACT §8), never a reset.
+            # Too far behind: a clean close that says where to resume, never a reset
+            # (docs/api.md#websocket-close-codes).
             await self.close(code=SUBSCRIBER_BEHIND, reason=f"resume after={behind.resume_after}")
             return
         except SubscriberReset as reset:

@@ -264,7 +264,7 @@ def test_malformed_bodies_are_400_never_500(api, body, content_type):
     assert_unchanged(run_id)
 
 
-# --- CONTRACT §8: argsFingerprint, batch decisions ------------------------------------------------
+# --- docs/api.md#argsfingerprint, docs/api.md#batch-decisions -------------------------------------
 def listed_call(api, run_id: str, agent: str = "support-agent") -> dict:
     [run] = [r for r in api.get(f"/api/agents/{agent}/suspended-runs").json()["runs"] if r["runId"] == run_id]
     return run["toolCalls"][0]

@@ -62,7 +62,7 @@ def test_lists_own_runs_newest_first_with_the_contract_shape(api, runs):
         "argsFingerprint",
     }
     assert call["toolName"] == "send-email" and call["requiresApproval"] is True
-    # CONTRACT §8: the demo's send-email is a medium-risk tool; the fingerprint is of the listed args.
+    # docs/api.md#the-listing: the demo's send-email is a medium-risk tool; the fingerprint is of the listed args.
     assert call["risk"] == "medium"
     canonical = json.dumps(call["args"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert call["argsFingerprint"] == hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,4 +1,5 @@
-"""Server-sent events (CONTRACT §5) and decisions through the real ASGI application (`agentrun.asgi`)."""
+"""Server-sent events (docs/api.md#server-sent-events) and decisions through the real ASGI application
+(`agentrun.asgi`)."""
 
 from __future__ import annotations
 

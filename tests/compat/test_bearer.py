@@ -1,5 +1,5 @@
-"""``Authorization: Bearer <key>`` works wherever ``Token <key>`` does (CONTRACT §8): REST, the
-compatibility prefixes, and websockets."""
+"""``Authorization: Bearer <key>`` works wherever ``Token <key>`` does
+(docs/api.md#authentication-and-permissions): REST, the compatibility prefixes, and websockets."""
 
 from __future__ import annotations
 

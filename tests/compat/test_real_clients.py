@@ -1,5 +1,5 @@
-"""The real, published clients against a real server (CONTRACT §8): daphne and a worker on PostgreSQL
-and Redis, as in production.
+"""The real, published clients against a real server (docs/api.md#compatibility-prefixes): daphne and a
+worker on PostgreSQL and Redis, as in production.
 
 - Mastra's ``@mastra/client-js`` (pinned in ``tests/compat/node/package.json``), run by Node: streams,
   lists suspended runs, approves, declines with a reason, resumes an ask-user call, observes, and decides

@@ -1,4 +1,5 @@
-"""Browser tests: a real daphne server, Debian's chromium driven by Playwright, one shared database.
+"""Browser tests: the production web server (``agentrun.server.web``), Debian's chromium driven by
+Playwright, one shared database.
 
 Run as their own pytest invocation (pytest-asyncio and Playwright's sync API do not share a process):
 
@@ -138,7 +139,8 @@ def live_server_url(_shared_db: None) -> Iterator[str]:
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "e2e-server.log", "w")  # noqa: SIM115 - closed at teardown
     server = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentrun.asgi:application"],
+        # The production web server (scripts/production.sh runs it), so a browser drives what users get.
+        [sys.executable, "-m", "agentrun.server.web", "-b", "127.0.0.1", "-p", str(port), "agentrun.asgi:application"],
         cwd=ROOT,
         env=SERVER_ENV,
         stdout=log,
@@ -155,7 +157,7 @@ def live_server_url(_shared_db: None) -> Iterator[str]:
             pass
         if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
-            pytest.fail(f"daphne did not start; see {ARTIFACTS / 'e2e-server.log'}", pytrace=False)
+            pytest.fail(f"the web server did not start; see {ARTIFACTS / 'e2e-server.log'}", pytrace=False)
         time.sleep(0.2)
     yield url
     server.terminate()

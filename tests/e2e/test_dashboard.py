@@ -1,4 +1,4 @@
-"""The reviewer dashboard in a real browser (CONTRACT §6): live inbox, decisions, races, escaping, access."""
+"""The reviewer dashboard in a real browser (docs/dashboard.md): live inbox, decisions, races, escaping, access."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Approve / decline / resume (CONTRACT §3.2–3.5, §3.7) through the Python API."""
+"""Approve / decline / resume (docs/runs.md#decisions, docs/runs.md#exactly-once) through the Python API."""
 
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ async def test_another_agent_can_neither_see_nor_decide_the_run(agent):
     assert await decisions_of(run_id) == []
 
 
-# --- several calls in one step (§3.2) ------------------------------------------------------------
+# --- several calls in one step (docs/runs.md#decisions) ------------------------------------------
 TWO_EMAILS = "\n".join(
     [
         tool_line("send-email", EMAIL),

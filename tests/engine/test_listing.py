@@ -1,4 +1,4 @@
-"""The listing contract: ``Agent.list_suspended_runs`` (CONTRACT §2, §4 listing)."""
+"""The listing contract: ``Agent.list_suspended_runs`` (docs/runs.md#the-python-api, docs/api.md#the-listing)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sub-agents (CONTRACT §3.6): approvals inside ``billing-agent`` surface on the supervisor's outer run."""
+"""Sub-agents (docs/runs.md#sub-agents): approvals inside ``billing-agent`` surface on the supervisor's outer run."""
 
 from __future__ import annotations
 

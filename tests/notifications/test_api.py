@@ -1,4 +1,4 @@
-"""REST for webhook endpoints (CONTRACT §8): shapes, write-only secrets, validation, who may."""
+"""REST for webhook endpoints (docs/notifications.md#25-rest): shapes, write-only secrets, validation, who may."""
 
 from __future__ import annotations
 

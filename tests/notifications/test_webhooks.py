@@ -1,5 +1,6 @@
-"""Outbound webhooks (issue 14, CONTRACT §8): every state change reaches subscribed endpoints, signed the
-Standard Webhooks way, at least once, retried with exponential backoff — and never slows the engine."""
+"""Outbound webhooks (issue 14, docs/notifications.md#2-webhooks): every state change reaches subscribed
+endpoints, signed the Standard Webhooks way, at least once, retried with exponential backoff — and never
+slows the engine."""
 
 from __future__ import annotations
 

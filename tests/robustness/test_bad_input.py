@@ -1,4 +1,4 @@
-"""Bad input (issue 6, item 5): every kind gets the contract's error code (§4) and changes nothing.
+"""Bad input (issue 6, item 5): every kind gets its error code (docs/api.md#errors) and changes nothing.
 
 Each refused request is checked twice: the status and ``error.code`` of the envelope, and the row
 counts of runs, decisions, messages, open calls, snapshots, chunks, side effects and idempotency keys,
@@ -420,7 +420,7 @@ def test_unknown_ids_are_404_with_the_contract_code(api):
         ("POST", "/api/agents/support-agent/runs/run_nope/decline", {}, "RUN_NOT_FOUND"),
         ("POST", "/api/agents/support-agent/runs/run_nope/resume", {"resumeData": {}}, "RUN_NOT_FOUND"),
         ("POST", f"/api/agents/support-agent/runs/{long_id}/approve", {}, "RUN_NOT_FOUND"),
-        # Another agent's run is not found either (CONTRACT §3.6).
+        # Another agent's run is not found either (docs/runs.md#sub-agents).
         ("POST", f"/api/agents/billing-agent/runs/{run_id}/approve", {}, "RUN_NOT_FOUND"),
         ("POST", f"/api/agents/billing-agent/runs/{run_id}/decline", {}, "RUN_NOT_FOUND"),
         ("GET", "/api/runs/run_nope", None, "RUN_NOT_FOUND"),

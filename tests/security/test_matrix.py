@@ -62,7 +62,7 @@ def table(text: str) -> list[tuple[str, dict[str, str], str]]:
     return rows
 
 
-# --- REST (CONTRACT §4) ----------------------------------------------------------------------------
+# --- REST (docs/api.md) ----------------------------------------------------------------------------
 # The last column is the error code a 404 carries.
 REST = table("""
 | endpoint                     | anonymous | viewer | other | reviewer | superuser | 404 code        |
@@ -87,7 +87,7 @@ REST = table("""
 | GET docs                     | 200       | 200    | 200   | 200      | 200       | -               |
 """)
 
-# --- websockets (CONTRACT §5) ----------------------------------------------------------------------
+# --- websockets (docs/api.md#websockets) -----------------------------------------------------------
 # <a> is support-agent; the action frame (stream / approve / decline / resume) is sent once connected.
 # CODE/close: an error frame then the socket closes with that code; CODE alone: an error frame, the
 # socket stays open; chunks: the run's chunks arrive; refused: the handshake is refused; event / silent:
@@ -103,7 +103,7 @@ WEBSOCKETS = table("""
 | ws/approvals/            | refused                | event             | silent               | event    | event     |
 """)
 
-# --- dashboard (CONTRACT §6) -----------------------------------------------------------------------
+# --- dashboard (docs/dashboard.md) -----------------------------------------------------------------
 # 302 login: redirected to the login page; 302 run: decided, redirected to the run page.
 DASHBOARD = table("""
 | page                   | anonymous | viewer | other | reviewer | superuser | method |
@@ -535,7 +535,7 @@ def test_dashboard(row, cells, method, scoped):
     assert not failures, f"{row}: {failures}"
 
 
-# --- Python API (CONTRACT §2): decided_by -----------------------------------------------------------
+# --- Python API (docs/runs.md#the-python-api): decided_by -------------------------------------------
 PYTHON = table("""
 | approve_tool_call(decided_by) | anonymous         | viewer            | other             | reviewer | superuser |
 |-------------------------------|-------------------|-------------------|-------------------|----------|-----------|

@@ -1,5 +1,5 @@
 """A worker SIGKILLed mid-continuation: after the takeover the chunk log is well-formed for every reader
-(exactly one ``finish`` per segment, CONTRACT §5), a subscriber connected through the takeover sees a
+(exactly one ``finish`` per segment, docs/api.md#chunks), a subscriber connected through the takeover sees a
 coherent stream, and the approved tool's side effect happened once."""
 
 from __future__ import annotations
