@@ -67,6 +67,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: times the whole request, tags its log lines, echoes X-Request-ID (docs/operations.md).
+    "agentrun.server.observability.RequestObservation",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -243,12 +245,68 @@ def _agent_reviewers() -> dict[str, list[str]]:
 # always may). Agents not named are open to anyone with the global permission. See agentrun.core.access.
 AGENTRUN_AGENT_REVIEWERS = _agent_reviewers()
 
+# Logs (docs/operations.md "Logs"): AGENTRUN_LOG_FORMAT=json writes one JSON object a line, every logger's
+# (Django's and the libraries' too), with the request id, agent, run and tool call the line is about.
+AGENTRUN_LOG_FORMAT = os.environ.get("AGENTRUN_LOG_FORMAT", "text").strip().lower()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "agentrun.core.logcontext.ContextFilter"}},
+    "formatters": {"json": {"()": "agentrun.core.logcontext.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            **({"formatter": "json"} if AGENTRUN_LOG_FORMAT == "json" else {}),
+        }
+    },
     "loggers": {"agentrun": {"handlers": ["console"], "level": os.environ.get("AGENTRUN_LOG_LEVEL", "INFO")}},
 }
+if AGENTRUN_LOG_FORMAT == "json":
+    # Every other logger too, through the same handler (agentrun's lines are not passed on twice).
+    LOGGING["root"] = {"handlers": ["console"], "level": "WARNING"}
+    LOGGING["loggers"]["agentrun"]["propagate"] = False
+    LOGGING["loggers"]["django"] = {"handlers": ["console"], "level": "INFO", "propagate": False}
+
+
+def _retain(name: str, default: float | None, unit: float) -> float | None:
+    """A retention in seconds from ``name`` (a number of days or hours; "keep": forever)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return None if default is None else default * unit
+    if raw == "keep":
+        return None
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f'{name} must be a number or "keep", not {raw!r}') from None
+    if value < 0:
+        raise ImproperlyConfigured(f"{name} must not be negative")
+    return value * unit
+
+
+DAY, HOUR = 86400.0, 3600.0
+# Retention (docs/operations.md "Retention"; agentrun.core.retention): how long each kind of record is
+# kept, in seconds (None: forever). Decisions, messages, steps and runs are never pruned.
+AGENTRUN_RETENTION = {
+    "events": _retain("AGENTRUN_RETAIN_EVENTS_DAYS", 30, DAY),  # handled outbox events
+    "deliveries": _retain("AGENTRUN_RETAIN_DELIVERIES_DAYS", 30, DAY),  # finished webhook deliveries
+    "notices": _retain("AGENTRUN_RETAIN_NOTICES_DAYS", 30, DAY),  # sent email notices
+    "idempotency_keys": _retain("AGENTRUN_RETAIN_IDEMPOTENCY_HOURS", 24, HOUR),
+    "heartbeats": _retain("AGENTRUN_RETAIN_HEARTBEATS_DAYS", 1, DAY),  # of processes gone that long
+    "task_results": _retain("AGENTRUN_RETAIN_TASKS_DAYS", 7, DAY),  # finished tasks (database backend)
+    "chunk_logs": _retain("AGENTRUN_RETAIN_CHUNKS_DAYS", None, DAY),  # of runs final that long; kept by default
+}
+# The sweep prunes a batch of each kind every AGENTRUN_PRUNE_SECONDS (at once again while one was full).
+AGENTRUN_PRUNE_SECONDS = float(os.environ.get("AGENTRUN_PRUNE_SECONDS", "60"))
+AGENTRUN_PRUNE_BATCH = int(os.environ.get("AGENTRUN_PRUNE_BATCH", "1000"))
+
+# GET /metrics (docs/operations.md "Metrics"): off (404) unless this is set; then it needs
+# "Authorization: Bearer <this token>". PROMETHEUS_MULTIPROC_DIR (set by scripts/production.sh) makes
+# every process of the machine count into one directory, so each scrape sees them all once.
+AGENTRUN_METRICS_TOKEN = os.environ.get("AGENTRUN_METRICS_TOKEN", "")
 # Background tasks: how many run at once (all agents; an Agent may set a lower limit of its own).
 AGENTRUN_BACKGROUND_CONCURRENCY = int(os.environ.get("AGENTRUN_BACKGROUND_CONCURRENCY", "8"))
 # Seconds without a heartbeat after which a running background task or a run's lease is taken over.
@@ -273,7 +331,7 @@ if env_bool("AGENTRUN_HTTPS", False):
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     # Health checks come over plain HTTP from the load balancer.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz/?$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^readyz/?$", r"^metrics$"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True

@@ -15,7 +15,8 @@ urlpatterns = [
     path("approvals/", include("notifications.urls")),  # decision links, email settings, grants
     path("approvals/", include("approvals.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("", include("agentrun.server.health")),  # /healthz: database, channel layer, workers seen recently
+    path("", include("agentrun.server.health")),  # /healthz, /readyz (docs/operations.md "Health")
+    path("", include("agentrun.server.metrics")),  # /metrics: off unless AGENTRUN_METRICS_TOKEN is set
     # Pages without our <link rel="icon"> (the admin, the API docs) make browsers ask for /favicon.ico.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("", RedirectView.as_view(url="/approvals/", permanent=False)),

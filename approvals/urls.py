@@ -5,7 +5,7 @@ from urllib.parse import quote, urlencode
 from django.urls import path, reverse
 
 import agentrun.core.converters  # noqa: F401 - registers <anyid:>
-from approvals import views
+from approvals import metrics, views
 
 app_name = "approvals"
 
@@ -20,6 +20,8 @@ urlpatterns = [
     path("grants/", views.grant_list, name="grants"),
     path("grants/new", views.grant_create, name="grant-create"),
     path("grants/<str:grant_id>/revoke", views.grant_revoke, name="grant-revoke"),
+    path("metrics/", metrics.metrics_page, name="metrics"),
+    path("metrics.csv", metrics.metrics_csv, name="metrics-csv"),
 ]
 
 # Path segments a browser folds away ("a/./b" is "a/b"), "%2e" spellings included: such ids go in the query.

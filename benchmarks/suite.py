@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import operations  # noqa: E402
 from benchmarks.seed import EMAIL_LINE, database_name, drop_database, ensure_database, seed, seeded  # noqa: E402
 
 REFERENCE_N = 10_000
@@ -392,6 +393,24 @@ def table(n: int, f: dict, load: dict) -> str:
                 c["cycle_ms"]["median"] <= target,
             )
         )
+    page = f["metrics_page_30d"]
+    lines.append(
+        row(
+            f"`/approvals/metrics/` reads at N decisions ({f['rollup_rows']:,} rollup rows), 30 days",
+            f"{ms(page)}; 90 days {ms(f['metrics_page_90d'])}",
+            "≤ 200 ms",
+            page["p95"] <= 200,
+        )
+    )
+    batch = f["prune_batch"]
+    lines.append(
+        row(
+            f"sweep's prune round, a batch of {batch['batch']:,} of {batch['due']:,} events due / nothing due",
+            f"{ms(batch)} / {ms(f['prune_idle'])}",
+            "no long lock",
+            True,
+        )
+    )
     a = f["approve_to_chunk"]
     lines.append(
         row(
@@ -469,6 +488,8 @@ def main() -> None:
     token = reviewer_token()
     figures: dict = {"n": args.n, "pg_version": connection.pg_version // 10000}
     figures |= python_listing(args.repeat)
+    figures |= operations.metrics_page(args.n, args.repeat, spread)
+    figures |= operations.prune(args.repeat, spread)
     env = dict(
         os.environ,
         REDIS_URL=redis,

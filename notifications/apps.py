@@ -13,11 +13,13 @@ class NotificationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from agentrun.core import outbox
-        from notifications.delivery import notifier
+        from agentrun.core import outbox, retention
+        from notifications.delivery import notifier, retention_kinds
         from notifications.models import NotificationPreference, WebhookEndpoint
 
         outbox.add_listener(notifier)
+        for kind in retention_kinds():
+            retention.add_kind(kind)
         # Who subscribes changed in this process: the listener's view is read again at once.
         for model in (WebhookEndpoint, NotificationPreference, settings.AUTH_USER_MODEL):
             for signal in (post_save, post_delete):

@@ -36,6 +36,7 @@ from django.db import transaction
 from django.tasks import task
 from django.utils import timezone
 
+from agentrun.core import metrics, retention
 from agentrun.core.models import OutboxEvent
 from notifications import emails, payloads, signatures
 from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
@@ -157,6 +158,9 @@ def attempt_delivery(delivery_id: str) -> bool:
         delivery.save()
         if delivery.next_attempt_at is not None:
             attempt_delivery.using(run_after=delivery.next_attempt_at).enqueue(delivery.pk)
+    metrics.webhook_attempted(
+        "delivered" if error is None else "retry" if delivery.next_attempt_at is not None else "failed"
+    )
     if error is not None:
         logger.info("webhook %s to %s failed (attempt %d): %s", event.id, endpoint.url, delivery.attempts, error)
     return error is None
@@ -223,8 +227,10 @@ def _send(user: Any, notices: list[EmailNotice]) -> None:
                 send_digest.using(run_after=retry_at).enqueue(user.pk)
             elif not done:
                 send_notice.using(run_after=retry_at).enqueue(notices[0].pk)
+        metrics.email_attempted("failed" if done else "retry", len(ids))
         return
     EmailNotice.objects.filter(pk__in=ids).update(sent_at=timezone.now())
+    metrics.email_attempted("sent", len(ids))
 
 
 # --- the sweep ----------------------------------------------------------------------------------
@@ -282,3 +288,30 @@ class Notifier:
 
 
 notifier = Notifier()
+
+
+# --- retention (agentrun.core.retention) -----------------------------------------------------------
+def retention_kinds() -> list[retention.Kind]:
+    """Finished deliveries and sent notices, oldest first; pruned before the events they belong to."""
+    return [
+        retention.Kind(
+            "webhook deliveries",
+            "AGENTRUN_RETAIN_DELIVERIES_DAYS",
+            "deliveries",
+            lambda cutoff: (
+                WebhookDelivery.objects.exclude(status=WebhookDelivery.Status.PENDING)
+                .filter(created_at__lt=cutoff)
+                .order_by("created_at")
+            ),
+            rank=40,
+        ),
+        retention.Kind(
+            "email notices",
+            "AGENTRUN_RETAIN_NOTICES_DAYS",
+            "notices",
+            lambda cutoff: EmailNotice.objects.filter(sent_at__isnull=False, created_at__lt=cutoff).order_by(
+                "created_at"
+            ),
+            rank=40,
+        ),
+    ]

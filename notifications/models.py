@@ -100,6 +100,8 @@ class WebhookDelivery(models.Model):
             models.Index(fields=["next_attempt_at"], name="delivery_due", condition=Q(status="pending")),
             # Serves GET /api/webhook-endpoints/{id}/deliveries (newest first).
             models.Index(fields=["endpoint", "created_at", "id"], name="delivery_endpoint_timeline"),
+            # Serves the retention's pruning of finished deliveries (agentrun.core.retention), oldest first.
+            models.Index(fields=["created_at"], name="delivery_finished", condition=~Q(status="pending")),
         ]
 
     def __str__(self) -> str:
@@ -159,6 +161,8 @@ class EmailNotice(models.Model):
         indexes = [
             # Serves the sweep's due notices (unsent, next_attempt_at ≤ now).
             models.Index(fields=["next_attempt_at"], name="notice_due", condition=Q(sent_at__isnull=True)),
+            # Serves the retention's pruning of sent notices (agentrun.core.retention), oldest first.
+            models.Index(fields=["created_at"], name="notice_sent", condition=Q(sent_at__isnull=False)),
         ]
 
     def __str__(self) -> str:

@@ -23,6 +23,9 @@ BIND=${BIND:-127.0.0.1}
 : "${SECRET_KEY:?set SECRET_KEY (the same for every process)}"
 export AGENTRUN_TASK_BACKEND=${AGENTRUN_TASK_BACKEND:-django_tasks_db.DatabaseBackend}
 export AGENTRUN_EMBEDDED_SWEEPER=0  # workers sweep; the web processes need not
+# /metrics (docs/operations.md): every process counts into this directory, which the supervisor empties
+# at start; any web process's /metrics then answers for all of them (set AGENTRUN_METRICS_TOKEN to open it).
+export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-${AGENTRUN_DATA_DIR:-var}/prometheus}
 
 "$PY" manage.py migrate --noinput
 "$PY" manage.py check --deploy --fail-level WARNING

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentrun.core.ids import new_id
@@ -51,6 +52,11 @@ class Thread(models.Model):
         return self.id
 
 
+# When a final run ended (exactly one of these is set once it is final), and the final statuses.
+RUN_ENDED_AT = Coalesce("completed_at", "failed_at", "cancelled_at", "expired_at")
+RUN_FINAL_STATUSES = ["cancelled", "completed", "expired", "failed"]
+
+
 class Run(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -62,6 +68,7 @@ class Run(models.Model):
         EXPIRED = "expired"
 
     FINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.EXPIRED})
+    ENDED_AT = RUN_ENDED_AT
 
     id = models.CharField(primary_key=True, max_length=40, default=_run_id, editable=False)
     agent_id = models.CharField(max_length=128, db_index=True)
@@ -98,6 +105,9 @@ class Run(models.Model):
             # Serves the sweep's expired-lease query (lease.claim_stalled_runs): only runs being driven
             # (or dispatched) hold a lease, so its cost follows the runs in flight, not the history.
             models.Index(fields=["lease_expires_at"], name="run_lease_expiry", condition=Q(lease_owner__isnull=False)),
+            # Serves the retention's chunk-log compaction (agentrun.core.retention): final runs in the order
+            # they ended (``ended_at``), read from a cursor a batch at a time.
+            models.Index(RUN_ENDED_AT, F("id"), name="run_ended", condition=Q(status__in=RUN_FINAL_STATUSES)),
         ]
 
     def __str__(self) -> str:
@@ -264,6 +274,9 @@ class Snapshot(models.Model):
             models.Index(
                 fields=["agent_id", "expires_at"], name="snapshot_agent_expiry", condition=Q(expires_at__isnull=False)
             ),
+            # Serves the longest waits of an agent (the metrics page's "slowest waits now", the oldest wait
+            # per agent on /metrics): WHERE agent_id = ? ORDER BY suspended_at LIMIT n.
+            models.Index(fields=["agent_id", "suspended_at"], name="snapshot_agent_waiting"),
         ]
 
     def __str__(self) -> str:
@@ -423,6 +436,10 @@ class Decision(models.Model):
     # sub-agent's call surfaced on its supervisor, the inner call's). Kept, not derived from the tool's
     # declaration: a declaration that changes later does not rewrite the audit trail.
     risk = models.CharField(max_length=8, choices=SuspendedToolCall.Risk.choices, default=SuspendedToolCall.Risk.MEDIUM)
+    # Since when the decided call waited (its suspension began): ``decided_at - waiting_since`` is the time
+    # to decision the metrics count (docs/operations.md). Null when nothing waited (a standing grant's
+    # approval) and on decisions recorded before it was kept.
+    waiting_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-decided_at", "-id"]
@@ -607,6 +624,8 @@ class IdempotencyKey(models.Model):
             # Serves the lookup of a retried request, and decides a race between two identical ones.
             models.UniqueConstraint(fields=["user", "key"], name="one_answer_per_idempotency_key"),
         ]
+        # Serves the retention's pruning of old keys (agentrun.core.retention): oldest first, a batch at a time.
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
 
     def __str__(self) -> str:
         return f"{self.key} ({self.user_id})"
@@ -707,6 +726,8 @@ class OutboxEvent(models.Model):
         indexes = [
             # Serves the sweep's "events no listener took yet" (a process died between commit and hand-over).
             models.Index(fields=["created_at"], name="event_unhandled", condition=Q(handled_at__isnull=True)),
+            # Serves the retention's pruning of handled events (agentrun.core.retention), oldest first.
+            models.Index(fields=["created_at"], name="event_handled", condition=Q(handled_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -715,3 +736,85 @@ class OutboxEvent(models.Model):
     def envelope(self) -> dict:
         """The webhook body (docs/notifications.md#21-the-request): ``{id, type, createdAt, data}``."""
         return {"id": self.id, "type": self.type, "createdAt": iso(self.created_at), "data": self.data}
+
+
+# --- operations: counters the metrics read, the retention's cursor (docs/operations.md) -----------
+class WaitingCallCount(models.Model):
+    """How many calls wait for a person (open ``SuspendedToolCall`` rows), per agent and risk: what
+    ``agentrun_waiting_calls`` and the metrics page read instead of counting open calls.
+
+    Written only by database triggers on ``SuspendedToolCall`` (migration ``0012_operations``), in the
+    statement that opens, decides or removes a call, like ``SnapshotCount``; spread over ``SLOTS`` rows
+    per key (the slot follows from the run id) so that concurrent suspensions seldom wait on one row.
+    """
+
+    SLOTS = 8
+
+    agent_id = models.CharField(max_length=128)
+    risk = models.CharField(max_length=8)
+    slot = models.PositiveSmallIntegerField()
+    calls = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            # The triggers' upsert target.
+            models.UniqueConstraint(fields=["agent_id", "risk", "slot"], name="one_waiting_call_count_per_slot"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} {self.risk}#{self.slot}: {self.calls}"
+
+
+class DecisionRollup(models.Model):
+    """Decisions per agent, tool and day (UTC), by kind, via, policy, edited or not, and how long the call
+    had waited (``wait_bucket``: the index of the first of ``agentrun.core.metrics.WAIT_BUCKETS`` at or
+    above ``decided_at - waiting_since``; -1 when unknown): the metrics page reads these few rows, never
+    the decisions.
+
+    Written by a database trigger on ``Decision`` (migration ``0012_operations``) in the statement that
+    records the decision, whoever records it, so the sums equal the decisions table at every moment;
+    and, for escalations (which decide nothing: ``kind`` ``escalate``), by ``agentrun.core.rollup``.
+    Spread over ``SLOTS`` rows per key like ``SnapshotCount``.
+    """
+
+    SLOTS = 8
+    ESCALATE = "escalate"
+
+    agent_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=128)
+    day = models.DateField()
+    kind = models.CharField(max_length=16)
+    via = models.CharField(max_length=16)
+    policy = models.CharField(max_length=16, blank=True, default="")  # details.policy: "grant", "timeout"
+    edited = models.BooleanField(default=False)
+    wait_bucket = models.SmallIntegerField()
+    slot = models.PositiveSmallIntegerField()
+    decisions = models.BigIntegerField()
+    waited_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            # The trigger's upsert target; also serves one agent's rows.
+            models.UniqueConstraint(
+                fields=["agent_id", "tool_name", "day", "kind", "via", "policy", "edited", "wait_bucket", "slot"],
+                name="one_decision_rollup_per_key",
+            ),
+        ]
+        # Serves the metrics page: WHERE day >= ? [AND agent_id IN (…)].
+        indexes = [models.Index(fields=["day", "agent_id"], name="decision_rollup_day")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} {self.tool_name} {self.day} {self.kind}/{self.via}: {self.decisions}"
+
+
+class RetentionCursor(models.Model):
+    """How far a retention task that walks a table in order has got (``agentrun.core.retention``): the
+    chunk-log compaction remembers the last run it compacted, so that a round never reads again the
+    runs it compacted before."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    position_at = models.DateTimeField()
+    position_id = models.CharField(max_length=255)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.position_at} {self.position_id}"

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from agentrun.core import metrics
 from agentrun.core.models import OutboxEvent
 
 logger = logging.getLogger("agentrun.core.outbox")
@@ -44,6 +45,9 @@ EVENT_TYPES = (
     TIMEOUT_WARNING,
     ESCALATED,
 )
+
+# The events of a run reaching a final status, and that status.
+FINAL_STATUS_OF = {RUN_COMPLETED: "completed", RUN_FAILED: "failed", RUN_CANCELLED: "cancelled", RUN_EXPIRED: "expired"}
 
 
 class Listener(Protocol):
@@ -71,6 +75,8 @@ def record(type_: str, *, agent_id: str, run_id: str, data: Callable[[], dict]) 
     ``data`` (a REST shape) only then."""
     if type_ not in EVENT_TYPES:
         raise ValueError(f"unknown event type {type_!r}")
+    if type_ in FINAL_STATUS_OF:  # every final transition records its event here: /metrics counts it
+        metrics.run_finished(agent_id=agent_id, status=FINAL_STATUS_OF[type_])
     if not any(listener.wants(type_, agent_id) for listener in _listeners):
         return
     event = OutboxEvent.objects.create(type=type_, agent_id=agent_id, run_id=run_id, data=data())

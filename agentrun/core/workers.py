@@ -18,7 +18,6 @@ from agentrun.core.models import WorkerHeartbeat
 from agentrun.core.timeutil import iso
 
 SEEN_RECENTLY_SWEEPS = 3
-FORGET_AFTER = timedelta(days=1)
 
 # "worker" in agentrun_worker processes (the command sets it), "server" where the server sweeps itself.
 process_role = "server"
@@ -35,7 +34,6 @@ def record_heartbeat() -> None:
         id=process_id(),
         defaults={"host": socket.gethostname(), "pid": os.getpid(), "role": process_role, "seen_at": now},
     )
-    WorkerHeartbeat.objects.filter(seen_at__lt=now - FORGET_AFTER).delete()
 
 
 def recent_workers() -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.core import access, outbox
+from agentrun.core import access, metrics, outbox, tracing
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import notify_approvals
 from agentrun.core.models import Decision, Run, RunStep, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
@@ -428,7 +428,7 @@ def _decide_call(
 def _create_decision(run: Run, call: SuspendedToolCall, *, kind: str, via: str, **fields: Any) -> Decision:
     """The audit record of one decision on one suspension of a call (the unique constraint's row), with
     the risk the call showed: a surfaced sub-agent call's row carries its inner call's risk."""
-    return Decision.objects.create(
+    decision = Decision.objects.create(
         run=run,
         agent_id=run.agent_id,
         thread_id=run.thread_id,
@@ -437,9 +437,25 @@ def _create_decision(run: Run, call: SuspendedToolCall, *, kind: str, via: str, 
         suspension=call.suspension,
         args=call.args,
         risk=call.risk,
+        waiting_since=call.created_at,  # the call's suspension began then (store.record_suspension)
         kind=kind,
         via=via,
         **fields,
+    )
+    _count(decision)
+    return decision
+
+
+def _count(decision: Decision) -> None:
+    """For /metrics and traces (docs/operations.md): counted when the decision's transaction commits."""
+    tracing.event("agentrun.decision", run_id=decision.run_id, tool_call_id=decision.tool_call_id, kind=decision.kind)
+    metrics.decision_recorded(
+        agent_id=decision.agent_id,
+        tool_name=decision.tool_name,
+        kind=decision.kind,
+        via=decision.via,
+        decided_at=decision.decided_at,
+        waiting_since=decision.waiting_since,
     )
 
 
@@ -482,6 +498,7 @@ def approve_by_grant(run: Run, *, tool_call_id: str, tool_name: str, args: Any, 
             reason=f"Approved by standing grant {grant.id} ({grant.describe()}).",
             details={"policy": "grant", "grantId": grant.id, "scope": grant.scope, "scopeId": grant.scope_id},
         )
+        _count(decision)
         _record_decided_event(run, decision)
     return decision
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from agentrun.core import logcontext, metrics, tracing
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import RunPublisher
 from agentrun.core.ids import new_id
@@ -89,6 +90,10 @@ class Segment:
 
     # --- the segment ----------------------------------------------------------------------------
     async def run(self) -> SegmentResult:
+        with logcontext.bound(agent_id=self.agent.id, run_id=self.run_id):
+            return await self._run()
+
+    async def _run(self) -> SegmentResult:
         async with RunLease(self.run_id):
             run = await db(store.load_run_to_drive)(self.run_id)
             self.log = ChunkLog(run.id, run.next_seq, self.sinks)
@@ -168,6 +173,7 @@ class Segment:
 
     async def _apply_decision(self, run: Run, call: SuspendedToolCall, step: RunStep) -> None:
         decision: Decision = call.decision
+        metrics.continuation_started(agent_id=run.agent_id, decided_at=decision.decided_at)
         payload_call = {"id": call.tool_call_id, "name": call.tool_name}
         args = decision.edited_args if decision.edited_args is not None else call.args
         if decision.kind == Decision.Kind.DECLINE and not call.inner_run_id:
@@ -372,7 +378,11 @@ class Segment:
             text = background.placeholder(row)
             return Outcome("ok", output=text, result=text, background_task_id=row.id)
         try:
-            result = await tool.execute(args, ctx)
+            with (
+                logcontext.bound(tool_call_id=ctx.tool_call_id),
+                tracing.span("agentrun.tool_call", tool=tool.id, tool_call_id=ctx.tool_call_id, run_id=ctx.run_id),
+            ):
+                result = await tool.execute(args, ctx)
         except ToolSuspended as signal:
             return Outcome(
                 "suspended",

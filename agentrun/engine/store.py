@@ -349,6 +349,9 @@ def record_suspension(
                 "timeout_at": call.get("timeout_at"),
                 "warn_at": call.get("warn_at"),
                 "on_timeout": call.get("on_timeout"),
+                # When this suspension began: a decision's time to decision runs from here (a resumed
+                # call that suspends again starts waiting anew).
+                "created_at": now,
             }
             row = existing.get(call["tool_call_id"])
             if row is None:

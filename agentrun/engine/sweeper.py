@@ -1,5 +1,6 @@
 """The periodic sweep: expire runs past their TTL, apply timeout policies, take over runs whose driver
-died, recover and dispatch background tasks, hand undelivered events to their listeners. Runs in every
+died, recover and dispatch background tasks, hand undelivered events to their listeners, prune what is
+past its retention. Runs in every
 worker (``manage.py agentrun_worker``) and, on the embedded default, inside the server process."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import threading
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agentrun.core import outbox, workers
+from agentrun.core import outbox, retention, workers
 from agentrun.engine import background, lease, runtime, timeouts
 from agentrun.engine.decisions import expire_due_runs
 from agentrun.engine.dispatch import continue_run
@@ -36,6 +37,8 @@ async def sweep_once() -> dict:
     recovered = await sync_to_async(background.recover_abandoned)()
     dispatched = await background.dispatch_pending()
     await sync_to_async(outbox.sweep)()  # webhooks and email: enqueue again what lost its task
+    # Retention: a bounded batch of each kind past its time, every AGENTRUN_PRUNE_SECONDS.
+    pruned = await sync_to_async(retention.prune_due)()
     await sync_to_async(workers.record_heartbeat)()  # /healthz: this process sweeps
     return {
         "expired": expired,
@@ -43,6 +46,7 @@ async def sweep_once() -> dict:
         "stalled": len(stalled),
         "recovered": recovered,
         "dispatched": dispatched,
+        "pruned": sum(p.removed for p in pruned),
     }
 
 

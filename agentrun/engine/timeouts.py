@@ -22,7 +22,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from agentrun.core import outbox
+from agentrun.core import metrics, outbox, rollup
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, SuspendedToolCall
 from agentrun.core.selectors import SuspendedRunToolCall
@@ -120,6 +120,11 @@ def _apply(call: SuspendedToolCall) -> bool:
             if not _claim(call, "timeout_at"):
                 return False
             outbox.record(outbox.ESCALATED, agent_id=call.run.agent_id, run_id=call.run_id, data=lambda: _data(call))
+            # For the metrics page and /metrics: an escalation decides nothing, so no decision counts it.
+            rollup.record_escalation(
+                agent_id=call.run.agent_id, tool_name=call.tool_name, waiting_since=call.created_at, slot_of=call.run_id
+            )
+            metrics.escalated(agent_id=call.run.agent_id, tool_name=call.tool_name)
         return True
     reason = OUTCOME_REASONS[outcome].format(tool=call.tool_name, timeout=timeout)
     if outcome == "cancel_run":

@@ -100,4 +100,54 @@ async def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body, status=status)
 
 
-urlpatterns = [re_path(r"^healthz/?$", healthz, name="healthz")]
+# --- /readyz --------------------------------------------------------------------------------------
+# Set once every migration is applied: applied migrations stay applied for the code this process runs.
+_migrations_applied = False
+
+
+def _check_migrations() -> dict[str, Any]:
+    """Whether every migration this code knows is applied (read once until it is)."""
+    global _migrations_applied
+    if _migrations_applied:
+        return {"ok": True}
+    from django.db.migrations.executor import MigrationExecutor
+
+    try:
+        executor = MigrationExecutor(connection)
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except Exception as exc:  # the database went away meanwhile: the answer, not a 500
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    if pending:
+        names = [f"{m.app_label}.{m.name}" for m, _ in pending]
+        return {"ok": False, "error": f"{len(names)} migrations not applied", "pending": names[:20]}
+    _migrations_applied = True
+    return {"ok": True}
+
+
+async def readiness_report() -> tuple[int, dict[str, Any]]:
+    """Can this process serve: its database answers, its channel layer round-trips, every migration is
+    applied, and it is not draining. Workers are not part of it (``/healthz`` tells about them)."""
+    database = await sync_to_async(_check_database)()
+    layer = await _check_channel_layer()
+    migrations = await sync_to_async(_check_migrations)() if database["ok"] else {"ok": False, "error": "no database"}
+    ready = database["ok"] and layer["ok"] and migrations["ok"] and not draining
+    body = {
+        "status": "draining" if draining else "ready" if ready else "not ready",
+        "database": database,
+        "channelLayer": layer,
+        "migrations": migrations,
+    }
+    return (200 if ready else 503), body
+
+
+@never_cache
+@require_GET
+async def readyz(request: HttpRequest) -> JsonResponse:
+    status, body = await readiness_report()
+    return JsonResponse(body, status=status)
+
+
+urlpatterns = [
+    re_path(r"^healthz/?$", healthz, name="healthz"),
+    re_path(r"^readyz/?$", readyz, name="readyz"),
+]

@@ -13,6 +13,11 @@
 - On Linux a process whose supervisor dies (even by SIGKILL) gets SIGTERM from the kernel, so no
   orphan keeps a port.
 
+- Metrics (docs/operations.md): with ``PROMETHEUS_MULTIPROC_DIR`` set, every process counts into that
+  directory; the supervisor empties it at start (counts of a previous run must not add up with this
+  one's) and removes a dead process's live gauges (its open websockets are gone with it), as
+  ``prometheus_client.multiprocess.mark_process_dead`` does; its counters stay counted.
+
 A Procfile runner (honcho, foreman) or systemd does the same job: see ``deploy/``.
 """
 
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 30.0
@@ -67,6 +73,25 @@ class Child:
             self.proc.send_signal(sig)
 
 
+def metrics_dir() -> Path | None:
+    value = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return Path(value) if value else None
+
+
+def clear_metrics_dir() -> None:
+    if (directory := metrics_dir()) is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob("*.db"):
+            stale.unlink(missing_ok=True)
+
+
+def forget_live_gauges(pid: int) -> None:
+    """A dead process's ``live*`` gauges no longer count (prometheus_client's ``mark_process_dead``)."""
+    if (directory := metrics_dir()) is not None:
+        for stale in directory.glob(f"gauge_live*_{pid}.db"):
+            stale.unlink(missing_ok=True)
+
+
 class Supervisor:
     def __init__(self, children: list[Child], stop_seconds: float) -> None:
         self.children = children
@@ -81,6 +106,7 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        clear_metrics_dir()
         for child in self.children:
             child.start()
         while not self.stopping:
@@ -96,6 +122,7 @@ class Supervisor:
                     continue
                 if now - child.started_at >= STABLE_AFTER:
                     child.backoff = BACKOFF_FIRST
+                forget_live_gauges(child.proc.pid)
                 how = f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"
                 log(f"{child.name} (pid {child.proc.pid}) exited with {how}; restarting in {child.backoff:.0f} s")
                 child.restart_at = now + child.backoff

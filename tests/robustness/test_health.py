@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 from django.utils import timezone
 
-from agentrun.core import workers
+from agentrun.core import retention, workers
 from agentrun.core.models import WorkerHeartbeat
 from agentrun.engine.sweeper import sweep_once
 from agentrun.server import health
@@ -70,6 +70,7 @@ def test_without_a_recent_worker_it_is_degraded_but_still_serving(client, settin
 def test_heartbeats_of_long_gone_processes_are_forgotten():
     WorkerHeartbeat.objects.create(id="gone:1", host="gone", pid=1, seen_at=timezone.now() - timedelta(days=2))
     workers.record_heartbeat()
+    retention.prune_once()  # the sweep's retention (AGENTRUN_RETAIN_HEARTBEATS_DAYS, 1 by default)
     assert list(WorkerHeartbeat.objects.values_list("id", flat=True)) == [workers.process_id()]
 
 
