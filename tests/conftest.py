@@ -77,6 +77,17 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 
 
 @pytest.fixture(autouse=True)
+def _fresh_notifier_view():
+    """The notifications listener keeps a view of who subscribes (endpoints, email recipients), read
+    again after a change in this process (signals). A transactional test's flush deletes rows without
+    signals: without this, the next test would inherit the last one's subscribers for a while."""
+    from notifications.delivery import notifier
+
+    notifier.invalidate()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _restore_agent_registry():
     """Tests may register throw-away agents (or re-create demo ones); put the registry back after."""
     from agentrun.engine import registry

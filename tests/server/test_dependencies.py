@@ -227,12 +227,22 @@ def _owners(module: str, providers: list[str]) -> set[str]:
     return {canonicalize_name(d) for d in owners or providers}
 
 
+# Imported only when installed (an optional feature): the extra of pyproject.toml that installs it.
+OPTIONAL = {"opentelemetry": "tracing"}
+
+
 def test_every_package_the_code_imports_is_declared():
     declared = set(_declared())
     providers = metadata.packages_distributions()
     undeclared = {}
     for module in sorted(_imported_top_level_modules()):
         if module in sys.stdlib_module_names or module in SHIPPED:
+            continue
+        if module in OPTIONAL:
+            extra = PYPROJECT["project"]["optional-dependencies"].get(OPTIONAL[module], [])
+            assert any(canonicalize_name(Requirement(r).name).startswith(module) for r in extra), (
+                f"{module} is an optional import: pyproject.toml's extra {OPTIONAL[module]!r} must install it"
+            )
             continue
         distributions = _owners(module, providers.get(module, []))
         assert distributions, f"{module} is imported but no installed distribution provides it"
