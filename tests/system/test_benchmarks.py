@@ -28,6 +28,8 @@ ROWS = [
     "REST listing, no paging, 30 matching runs: total",
     "suspend → approve → complete, in-process, SQLite",
     "suspend → approve → complete, in-process, PostgreSQL",
+    "`/approvals/metrics/` reads at N decisions",
+    "sweep's prune round",
     "approve over REST on web B → first continuation chunk",
     "chunks/s to each of 10 `ws/runs` subscribers",
     "the subscriber furthest behind",
