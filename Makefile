@@ -29,13 +29,13 @@ demo: setup
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-## Everything: lint (ruff, the import layers), the embedded default's tests on SQLite, the whole suite on
+## Everything: lint (ruff, the import layers, mypy on the core and the engine), the embedded default's tests on SQLite, the whole suite on
 ## PostgreSQL + Redis, the browser tests.
 test: setup browser lint test-sqlite test-postgres test-e2e
 
 ## What proves the embedded default (SQLite's locking, the in-memory channel layer, in-process tasks and
 ## notification threads); everything runs once more, and in full, on PostgreSQL + Redis.
-EMBEDDED_TESTS ?= tests/engine tests/streaming tests/notifications tests/approvals/test_grants.py tests/api/test_decisions.py tests/robustness/test_health.py tests/server
+EMBEDDED_TESTS ?= tests/engine tests/streaming tests/notifications tests/approvals/test_grants.py tests/api/test_decisions.py tests/robustness/test_health.py tests/server tests/security/test_every_door.py
 test-sqlite: setup
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -m "not e2e and not system" -q $(EMBEDDED_TESTS)
 
@@ -47,7 +47,9 @@ test-e2e: setup browser
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 ## The benchmark suite (docs/performance.md): one table. BENCH_N=1000000 for the big one; PostgreSQL + Redis.
 bench: setup

@@ -8,18 +8,24 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.helpers import ActionForm
 from django.contrib.admin.utils import quote as admin_quote
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agentrun.core.access import CANCEL_PERMISSION, can_decide, can_decide_agent, in_agent_scope
+from agentrun.core import access, receipts
+from agentrun.core.access import CANCEL_PERMISSION, can_decide, in_agent_scope
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import (
+    AuditChainHead,
+    AuditReceipt,
     BackgroundTask,
     Decision,
     Message,
@@ -33,8 +39,18 @@ from agentrun.core.models import (
     Thread,
     ToolEffect,
 )
-from agentrun.engine.decisions import cancel_run
-from agentrun.engine.service import decide_tool_call
+from agentrun.engine.decisions import (
+    DEFAULT_GRANT_DAYS,
+    approvals_given,
+    cancel_run,
+    check_grant,
+    create_grant,
+    inner_call,
+    revoke_grant,
+    shown_args,
+    shown_fingerprint,
+)
+from agentrun.engine.service import Decider, DecisionCommand, decide
 
 
 def admin_link(model: str, pk: Any, text: Any = None) -> str:
@@ -62,10 +78,30 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
-class ViewOnlyAdmin(admin.ModelAdmin):
-    """What only the engine writes: runs, steps, snapshots, calls, chunks, messages, background tasks, and
-    the decisions (the audit trail). Nobody adds, edits or deletes them here, superusers included; what a
-    person may do to them goes through the engine (the admin actions below)."""
+class ScopedAdmin(admin.ModelAdmin):
+    """Lists and pages only rows of agents the user may see (``agentrun.core.access``, the rule every
+    other door applies): a staff user of one team does not read another team's runs, arguments or
+    decisions here. ``agent_fields`` name the agent ids a row belongs to (a call surfaced from a
+    sub-agent belongs to both agents)."""
+
+    agent_fields: tuple[str, ...] = ("agent_id",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        queryset = super().get_queryset(request)
+        hidden = access.hidden_agent_ids(request.user)
+        for field in self.agent_fields if hidden else ():
+            if field == "run_id":  # a run id kept as text (no foreign key): the run's agent
+                queryset = queryset.exclude(run_id__in=Run.objects.filter(agent_id__in=hidden).values("pk"))
+            else:
+                queryset = queryset.exclude(**{f"{field}__in": hidden})
+        return queryset
+
+
+class ViewOnlyAdmin(ScopedAdmin):
+    """What only the engine writes: runs, steps, snapshots, calls, chunks, messages, background tasks, the
+    decisions (the audit trail), and the side records the engine keeps (outbox events, tool effects,
+    idempotency keys, listing counters kept by triggers, heartbeats). Nobody adds, edits or deletes them
+    here, superusers included; what a person may do to them goes through the engine (the actions below)."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -86,7 +122,8 @@ class RunLinkMixin:
 
 
 @admin.register(Thread)
-class ThreadAdmin(admin.ModelAdmin):
+class ThreadAdmin(ScopedAdmin):
+    agent_fields = ("runs__agent_id",)
     list_display = ["id", "resource_id", "created_at", "runs_link", "messages_link"]
     search_fields = ["id", "resource_id"]
     date_hierarchy = "created_at"
@@ -173,6 +210,7 @@ class RunStepAdmin(RunLinkMixin, ViewOnlyAdmin):
 
 @admin.register(Message)
 class MessageAdmin(RunLinkMixin, ViewOnlyAdmin):
+    agent_fields = ("run__agent_id",)
     list_display = ["id", "thread_link", "run_link", "role", "short_content", "tool_name", "created_at"]
     list_filter = ["role", "tool_status"]
     search_fields = ["id", "thread__id", "run__id", "tool_call_id", "content"]
@@ -201,40 +239,95 @@ class DecideActionForm(ActionForm):
     reason = forms.CharField(required=False, label="Reason", help_text="Shown to the model when declining.")
 
 
-def _decide_selected(kind: str, request: HttpRequest, queryset: QuerySet) -> None:
-    """Decide each selected open call through the one decision service (the admin is one of its doors)."""
+def _decide_selected(kind: str, modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> Any:
+    """Approve / decline the selected open calls — after an intermediate page, as Django's "delete
+    selected" does: it lists each call's tool, arguments, risk and approvals, and decides only on its
+    confirmed POST, each call bound to the fingerprint of the arguments it showed; a high-risk call takes
+    a second step (a box to tick). Every decision goes through the one decision service (the admin is
+    one of its doors, with no rule of its own)."""
+    calls = list(queryset.filter(status=SuspendedToolCall.Status.OPEN).select_related("run").order_by("created_at"))
+    if not calls:
+        messages.info(request, "None of the selected tool calls waits for a decision.")
+        return None
+    rows = [_confirmation_row(call) for call in calls]
     reason = (request.POST.get("reason") or "").strip() or None
-    decided = 0
-    for call in queryset.filter(status=SuspendedToolCall.Status.OPEN).select_related("run"):
+    error = ""
+    if request.POST.get("post") == "yes":
+        if kind == "approve" and any(r["high"] for r in rows) and not request.POST.get("confirm_high_risk"):
+            error = "Tick the box to confirm the high-risk calls, or go back."
+        else:
+            _decide_confirmed(kind, request, calls, reason)
+            return None
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": f"{kind.capitalize()} {len(rows)} tool call{'s' if len(rows) != 1 else ''}?",
+        "kind": kind,
+        "rows": rows,
+        "reason": reason or "",
+        "error": error,
+        "any_high": any(r["high"] for r in rows),
+        "opts": modeladmin.model._meta,
+        "action": f"{kind}_selected_calls",
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+    }
+    return TemplateResponse(request, "admin/agentrun/decide_confirmation.html", context)
+
+
+def _confirmation_row(call: SuspendedToolCall) -> dict[str, Any]:
+    inner = inner_call(call)
+    given = approvals_given(call)
+    return {
+        "call": call,
+        "tool": f"{call.inner_agent_id} → {inner.tool_name}" if inner is not None else call.tool_name,
+        "args": json.dumps(shown_args(call, inner), indent=2, ensure_ascii=False, sort_keys=True),
+        "fingerprint": shown_fingerprint(call),
+        "high": call.risk == SuspendedToolCall.Risk.HIGH,
+        "approvals": f"{len(given)} of {call.approvals_required} approvals" if call.approvals_required > 1 else "",
+    }
+
+
+def _decide_confirmed(kind: str, request: HttpRequest, calls: list[SuspendedToolCall], reason: str | None) -> None:
+    decided = waiting = 0
+    decider = Decider.person(request.user, via=Decision.Via.DASHBOARD)
+    for call in calls:
         try:
-            decide_tool_call(
-                agent_id=call.run.agent_id,
-                run_id=call.run_id,
-                tool_call_id=call.tool_call_id,
-                kind=kind,
-                reason=reason,
-                decided_by=request.user,
-                via=Decision.Via.DASHBOARD,
+            outcome = decide(
+                DecisionCommand.one(
+                    agent_id=call.run.agent_id,
+                    run_id=call.run_id,
+                    tool_call_id=call.tool_call_id,
+                    kind=kind,
+                    reason=reason,
+                    # What the confirmation page showed; a call that changed since is refused.
+                    args_fingerprint=request.POST.get(f"fingerprint-{call.pk}") or None,
+                    decider=decider,
+                )
             )
-            decided += 1
+            if outcome.decision.completes:
+                decided += 1
+            else:
+                waiting += 1
         except AgentRunError as exc:
             messages.error(request, f"{call.tool_call_id}: {exc.message}")
     if decided:
         messages.success(request, f"{kind.capitalize()}d {decided} tool call(s).")
+    if waiting:
+        messages.success(request, f"Recorded {waiting} approval(s); those calls wait for another person's approval.")
 
 
-@admin.action(description="Approve selected open calls", permissions=["decide"])
-def approve_selected_calls(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
-    _decide_selected("approve", request, queryset)
+@admin.action(description="Approve selected open calls…", permissions=["decide"])
+def approve_selected_calls(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> Any:
+    return _decide_selected("approve", modeladmin, request, queryset)
 
 
-@admin.action(description="Decline selected open calls", permissions=["decide"])
-def decline_selected_calls(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
-    _decide_selected("decline", request, queryset)
+@admin.action(description="Decline selected open calls…", permissions=["decide"])
+def decline_selected_calls(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> Any:
+    return _decide_selected("decline", modeladmin, request, queryset)
 
 
 @admin.register(SuspendedToolCall)
 class SuspendedToolCallAdmin(RunLinkMixin, ViewOnlyAdmin):
+    agent_fields = ("run__agent_id", "inner_agent_id")
     action_form = DecideActionForm
     actions = [approve_selected_calls, decline_selected_calls]
 
@@ -261,6 +354,8 @@ class SuspendedToolCallAdmin(RunLinkMixin, ViewOnlyAdmin):
         return admin_link("decision", obj.decision_id)
 
 
+RECEIPT_FIELDS = ["seq", "key_id", "prev_hash", "signature", "hash"]
+
 CSV_COLUMNS = [
     "id",
     "decided_at",
@@ -277,7 +372,22 @@ CSV_COLUMNS = [
     "args",
     "edited_args",
     "resume_data",
+    "inner_agent_id",
+    "inner_tool_name",
+    "inner_args",
+    "args_fingerprint",
 ]
+
+
+# A cell a spreadsheet would read as a formula (=HYPERLINK(…), +, -, @, or a tab or CR before one) is
+# written with a leading apostrophe, which spreadsheets show as text (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 @admin.action(description="Export selected decisions as CSV")
@@ -291,41 +401,114 @@ def export_decisions_csv(modeladmin: admin.ModelAdmin, request: HttpRequest, que
         row = []
         for column in CSV_COLUMNS:
             value = getattr(d, column)
-            if column in ("args", "edited_args", "resume_data"):
+            if column in ("args", "edited_args", "resume_data", "inner_args"):
                 value = "" if value is None else json.dumps(value, ensure_ascii=False)
             elif column == "decided_at":
                 value = value.isoformat()
-            row.append("" if value is None else value)
+            row.append("" if value is None else csv_cell(value))
         writer.writerow(row)
     return response
 
 
 @admin.register(Decision)
 class DecisionAdmin(RunLinkMixin, ViewOnlyAdmin):
-    """The audit trail: nobody adds, edits or deletes a decision here, superusers included."""
+    """The audit trail: nobody adds, edits or deletes a decision here, superusers included. A decision on
+    a call surfaced from a sub-agent shows (and is found by) the inner tool the reviewer saw."""
+
+    agent_fields = ("agent_id", "inner_agent_id")
 
     list_display = [
         "id",
         "decided_at",
         "kind",
         "agent_id",
-        "tool_name",
+        "seen_tool",
         "risk",
         "decided_by_username",
         "via",
         "run_link",
     ]
     list_filter = ["kind", "via", "risk", "agent_id", "decided_by_username"]
-    search_fields = ["id", "run__id", "thread_id", "tool_call_id", "decided_by_username", "run__resource_id"]
+    search_fields = [
+        "id",
+        "run__id",
+        "thread_id",
+        "tool_call_id",
+        "tool_name",
+        "inner_tool_name",
+        "inner_agent_id",
+        "decided_by_username",
+        "run__resource_id",
+    ]
     date_hierarchy = "decided_at"
     actions = [export_decisions_csv]
+
+    def get_list_display(self, request: HttpRequest) -> list[str]:
+        return [*self.list_display, "receipt"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [f.name for f in self.model._meta.fields]
 
+    @admin.display(description="tool", ordering="tool_name")
+    def seen_tool(self, obj: Decision) -> str:
+        """The tool the reviewer saw: ``billing-agent → refund`` for a sub-agent's call."""
+        return f"{obj.inner_agent_id} → {obj.inner_tool_name}" if obj.inner_run_id else obj.tool_name
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        # Each row's receipt and the hash of the receipt before it (receipt_check): one query for the page.
+        receipt = AuditReceipt.objects.filter(decision_id=OuterRef("pk"))
+        previous = AuditReceipt.objects.filter(seq=OuterRef("receipt_seq") - 1)
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(**{f"receipt_{name}": Subquery(receipt.values(name)[:1]) for name in RECEIPT_FIELDS})
+            .annotate(receipt_previous_hash=Subquery(previous.values("hash")[:1]))
+        )
+
+    @admin.display(description="receipt")
+    def receipt(self, obj: Decision) -> str:
+        """✓ when its receipt verifies (signature, record, link to the receipt before it); else why not."""
+        problem = receipts.check_annotated(obj, receipts.trusted_keys())
+        return format_html('<span title="{}">{}</span>', problem or "verifies", "✗ " + problem if problem else "✓")
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        if request.method == "GET":
+            self._say_whether_the_chain_verifies(request)
+        return super().changelist_view(request, extra_context)
+
+    def _say_whether_the_chain_verifies(self, request: HttpRequest) -> None:
+        """The whole chain while it is small enough to check on a page load; past that, the command does."""
+        count = AuditReceipt.objects.count()
+        if count > settings.AGENTRUN_AUDIT_ADMIN_VERIFY_MAX:
+            messages.info(
+                request,
+                f"{count} receipts: too many to verify on this page (each row's is checked); "
+                "`python manage.py agentrun_audit verify` checks the whole chain.",
+            )
+            return
+        checker, failure = receipts.verify_database(receipts.trusted_keys())
+        if failure is None:
+            messages.success(request, f"Audit chain verifies: {checker.count} receipt(s), every decision signed.")
+        else:
+            messages.error(request, f"Audit chain does not verify: {failure.decision_id}: {failure.reason}")
+
+
+@admin.register(AuditReceipt)
+class AuditReceiptAdmin(ViewOnlyAdmin):
+    """Receipts are append-only like the decisions they sign (``manage.py agentrun_audit`` verifies them)."""
+
+    list_display = ["seq", "decision_id", "key_id", "hash", "created_at"]
+    search_fields = ["decision_id", "hash"]
+
+
+@admin.register(AuditChainHead)
+class AuditChainHeadAdmin(ViewOnlyAdmin):
+    list_display = ["seq", "decision_id", "hash"]
+
 
 @admin.register(RunChunk)
 class RunChunkAdmin(RunLinkMixin, ViewOnlyAdmin):
+    agent_fields = ("run__agent_id",)
     list_display = ["id", "run_link", "seq", "type", "created_at"]
     list_filter = ["type"]
     search_fields = ["run__id"]
@@ -334,7 +517,8 @@ class RunChunkAdmin(RunLinkMixin, ViewOnlyAdmin):
 
 
 @admin.register(ToolEffect)
-class ToolEffectAdmin(admin.ModelAdmin):
+class ToolEffectAdmin(ViewOnlyAdmin):
+    agent_fields = ("run_id",)
     list_display = ["tool_call_id", "tool_name", "run_id", "created_at"]
     list_filter = ["tool_name"]
     search_fields = ["tool_call_id", "run_id"]
@@ -352,24 +536,51 @@ class BackgroundTaskAdmin(RunLinkMixin, ViewOnlyAdmin):
 
 
 # --- standing grants ----------------------------------------------------------------------------
+# A grant approves future calls without anyone seeing them: the admin makes and revokes them through
+# the decision service's own rules (engine.decisions.check_grant / create_grant / revoke_grant), as the
+# call card does — a staff user who may add a grant but not decide the agent gets nothing.
 @admin.action(description="Revoke selected grants")
 def revoke_grants(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
     revoked = 0
+    decider = Decider.person(request.user, via=Decision.Via.DASHBOARD)
     for grant in queryset.filter(revoked_at__isnull=True):
-        if not can_decide_agent(request.user, grant.agent_id):
-            messages.error(request, f"{grant.id}: you may not decide {grant.agent_id}'s calls.")
-            continue
-        revoked += StandingGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now(), revoked_by_username=request.user.get_username()
-        )
+        try:
+            revoked += revoke_grant(grant, decider)
+        except AgentRunError as exc:
+            messages.error(request, f"{grant.id}: {exc.message}")
     if revoked:
         messages.success(request, f"Revoked {revoked} grant(s).")
 
 
+class GrantForm(forms.ModelForm):
+    expires_at = forms.DateTimeField(
+        required=False,
+        help_text=f"Empty: {DEFAULT_GRANT_DAYS} days from now (at most AGENTRUN_GRANT_MAX_DAYS).",
+    )
+
+    class Meta:
+        model = StandingGrant
+        fields = ["agent_id", "tool_name", "scope", "scope_id", "expires_at"]
+
+    request: HttpRequest
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        proposed = StandingGrant(**{name: cleaned.get(name) for name in self.Meta.fields})
+        try:
+            check_grant(proposed, Decider.person(self.request.user, via=Decision.Via.DASHBOARD))
+        except AgentRunError as exc:
+            raise forms.ValidationError(exc.message) from exc
+        return cleaned
+
+
 @admin.register(StandingGrant)
-class StandingGrantAdmin(admin.ModelAdmin):
+class StandingGrantAdmin(ScopedAdmin):
     """Grants are part of the audit trail: added here or from a call card, revoked, never edited or deleted."""
 
+    form = GrantForm
     list_display = [
         "id",
         "tool_name",
@@ -386,6 +597,10 @@ class StandingGrantAdmin(admin.ModelAdmin):
     fields = ["agent_id", "tool_name", "scope", "scope_id", "expires_at"]
     actions = [revoke_grants]
 
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"request": request})
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [f.name for f in StandingGrant._meta.fields] if obj is not None else []
 
@@ -393,10 +608,9 @@ class StandingGrantAdmin(admin.ModelAdmin):
         return [f.name for f in StandingGrant._meta.fields] if obj is not None else self.fields
 
     def save_model(self, request: HttpRequest, obj: StandingGrant, form: Any, change: bool) -> None:
-        if not change:
-            obj.created_by = request.user
-            obj.created_by_username = request.user.get_username()
-        super().save_model(request, obj, form, change)
+        if change:  # nothing of a grant is edited (every field is read-only once it exists)
+            return
+        create_grant(obj, Decider.person(request.user, via=Decision.Via.DASHBOARD))
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -411,7 +625,8 @@ class OutboxEventAdmin(ViewOnlyAdmin):
 
 
 def _register_the_rest() -> None:
-    """Models added later (idempotency keys, …) still show up, with a plain read-mostly admin."""
+    """The engine's side records without an admin of their own (idempotency keys, the listing counters
+    kept by triggers, heartbeats) show up view-only: editing one breaks what it backs."""
     from django.apps import apps
 
     for model in apps.get_app_config("agentrun").get_models():
@@ -421,8 +636,9 @@ def _register_the_rest() -> None:
                 model,
                 type(
                     f"{model.__name__}Admin",
-                    (admin.ModelAdmin,),
+                    (ViewOnlyAdmin,),
                     {
+                        "agent_fields": tuple(n for n in ("agent_id", "run_id") if n in names),
                         "list_display": names[:6],
                         "search_fields": [n for n in names if n in ("id", "key", "run", "run_id", "tool_call_id")],
                         "date_hierarchy": "created_at" if "created_at" in names else None,

@@ -19,12 +19,16 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from agentrun.engine import runtime, sweeper  # noqa: E402
 from agentrun.routing import websocket_urlpatterns  # noqa: E402
 from agentrun.ws.auth import AuthStack  # noqa: E402
+from agentrun.ws.consumers import OutageGuard  # noqa: E402
 from agentrun.ws.observed import count_websockets  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_asgi),
-        "websocket": count_websockets(AllowedHostsOriginValidator(AuthStack(URLRouter(websocket_urlpatterns)))),
+        # The guard outside the authentication: checking a user needs the database too.
+        "websocket": count_websockets(
+            AllowedHostsOriginValidator(OutageGuard(AuthStack(URLRouter(websocket_urlpatterns))))
+        ),
     }
 )
 

@@ -71,6 +71,17 @@ async def refund(
     return {"refunded": amount, "orderId": orderId}
 
 
+@tool(
+    id="pay-invoice",
+    requires_approval=True,
+    approvals_required=2,
+    description="Pay a supplier's invoice (two people approve every payment).",
+)
+async def pay_invoice(invoiceId: str, amount: Annotated[float, pydantic.Field(gt=0)], *, ctx: ToolContext) -> dict:  # noqa: N803
+    await _apply_once(ctx, "pay-invoice", {"invoiceId": invoiceId, "amount": amount})
+    return {"paid": amount, "invoiceId": invoiceId}
+
+
 support_agent = Agent(
     id="support-agent",
     name="Support agent",
@@ -82,9 +93,9 @@ support_agent = Agent(
 billing_agent = Agent(
     id="billing-agent",
     name="Billing agent",
-    description="Handles refunds (every refund needs approval).",
-    instructions="You handle billing. Refunds need a person's approval.",
-    tools=[refund],
+    description="Handles refunds (every refund needs approval) and pays invoices (two people approve).",
+    instructions="You handle billing. Refunds need a person's approval; payments need two people's.",
+    tools=[refund, pay_invoice],
 )
 
 support_supervisor = Agent(

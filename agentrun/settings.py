@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("AGENTRUN_DATA_DIR", BASE_DIR / "var"))
@@ -29,19 +31,37 @@ def env_bool(name: str, default: bool) -> bool:
 DEBUG = env_bool("DEBUG", False)
 
 
+def private_data_dir() -> Path:
+    """The data dir, readable by this user only (0700): it holds the secret key, the audit signing key
+    and the embedded database. Tightened at every start, in case it was made more open."""
+    DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if DATA_DIR.stat().st_uid == os.getuid():
+        DATA_DIR.chmod(0o700)
+    return DATA_DIR
+
+
+def private_file(path: Path) -> Path:
+    """``path`` created if missing, and readable and writable by this user only (0600)."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    if path.stat().st_uid == os.getuid():
+        path.chmod(0o600)
+    return path
+
+
 def _secret_key() -> str:
     if key := os.environ.get("SECRET_KEY"):
         return key
     # No key given: a random one made on first start and kept in the data dir (never in the repository).
     # Fine for one machine; several machines must share SECRET_KEY through the environment.
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    path = DATA_DIR / "secret_key"
-    if not path.exists():
+    path = private_file(private_data_dir() / "secret_key")
+    if not path.read_text().strip():
         path.write_text(secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
 SECRET_KEY = _secret_key()
+# Former keys, still accepted for signatures (sessions, signed links) and stored secrets while rotating.
+SECRET_KEY_FALLBACKS = [k.strip() for k in os.environ.get("SECRET_KEY_FALLBACKS", "").split(",") if k.strip()]
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
@@ -60,6 +80,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "channels",
     "django_tasks_db",
+    "axes",
     "agentrun.core",  # the tables (app label "agentrun")
     "agentrun",  # the admin, management commands, configured agents
     "approvals",
@@ -70,6 +91,7 @@ MIDDLEWARE = [
     # First: times the whole request, tags its log lines, echoes X-Request-ID (docs/operations.md).
     "agentrun.server.observability.RequestObservation",
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -77,6 +99,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, so it sees a view's error first: the database or Redis away answers 503, not 500.
+    "agentrun.server.unavailable.OutageMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lock-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "agentrun.urls"
@@ -100,7 +126,13 @@ ASGI_APPLICATION = "agentrun.asgi.application"
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'agentrun.sqlite3'}"
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    _sqlite_file = Path(DATABASES["default"]["NAME"])
+    if _sqlite_file.parent == DATA_DIR:
+        private_data_dir()
+    _sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+    if str(_sqlite_file) != ":memory:":
+        # 0600 before SQLite opens it (its -wal and -shm files take the database file's mode).
+        private_file(_sqlite_file)
     DATABASES["default"]["OPTIONS"] = {
         # IMMEDIATE: writers take the lock when the transaction starts, so two deciders serialise
         # instead of deadlocking on a read-lock upgrade. WAL lets readers run beside the writer.
@@ -123,7 +155,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": min(int(os.environ.get("AGENTRUN_DB_POOL_MIN", "2")), _pool_max),
             "max_size": _pool_max,
-            "timeout": float(os.environ.get("AGENTRUN_DB_POOL_TIMEOUT", "30")),
+            # Short: while the database is away, a request waits this long before its 503
+            # (docs/operations.md); a restart is ridden out within it (core/outages.tune_database_pool).
+            "timeout": float(os.environ.get("AGENTRUN_DB_POOL_TIMEOUT", "5")),
         }
         # A pooled connection may have died since it was last used (the database restarted): check it when
         # it is handed out (an empty query, a round trip) rather than fail the request that gets it.
@@ -154,8 +188,9 @@ TASKS = {
     }
 }
 
-# Django's model backend, with a person's permissions read in one query (see agentrun.core.access).
-AUTHENTICATION_BACKENDS = ["agentrun.core.access.PermissionBackend"]
+# django-axes first (it refuses a locked-out login before a password is checked), then Django's model
+# backend, with a person's permissions read in one query (see agentrun.core.access).
+AUTHENTICATION_BACKENDS = ["agentrun.core.access.LoginLockoutBackend", "agentrun.core.access.PermissionBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -183,6 +218,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # One error envelope for every API error (docs/api.md#errors).
     "EXCEPTION_HANDLER": "agentrun.api.exceptions.exception_handler",
+    # API use per person (token or session) and per anonymous address: docs/security.md, "Throttling".
+    "DEFAULT_THROTTLE_CLASSES": ["agentrun.api.throttling.ApiRateThrottle"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "agentrun API",
@@ -244,6 +281,12 @@ def _agent_reviewers() -> dict[str, list[str]]:
 # Per-agent reviewers: agent id → the groups that may see and decide its runs and calls (superusers
 # always may). Agents not named are open to anyone with the global permission. See agentrun.core.access.
 AGENTRUN_AGENT_REVIEWERS = _agent_reviewers()
+# Separation of duties (docs/api.md#approvals): 0 = the person who started a run may not approve its
+# calls. Default 1 (allowed): a single reviewer, and the demo, start and approve their own runs; a team
+# with a four-eyes rule sets 0 (and approvals_required=2 on the tools that need it).
+AGENTRUN_SELF_APPROVAL = env_bool("AGENTRUN_SELF_APPROVAL", True)
+# Standing grants expire: 30 days unless the grant says less, never more than this many days.
+AGENTRUN_GRANT_MAX_DAYS = float(os.environ.get("AGENTRUN_GRANT_MAX_DAYS", "90"))
 
 # Logs (docs/operations.md "Logs"): AGENTRUN_LOG_FORMAT=json writes one JSON object a line, every logger's
 # (Django's and the libraries' too), with the request id, agent, run and tool call the line is about.
@@ -321,6 +364,54 @@ AGENTRUN_WS_MAX_LAG = int(os.environ.get("AGENTRUN_WS_MAX_LAG", "2000"))
 # The server process sweeps too (expiry, stalled runs, lost background tasks); workers always do.
 AGENTRUN_EMBEDDED_SWEEPER = env_bool("AGENTRUN_EMBEDDED_SWEEPER", True)
 
+# --- throttling (docs/security.md, "Throttling") ----------------------------------------------------
+# Counters live in Django's cache: Redis when REDIS_URL is set (every process counts together), else
+# this process's memory (the embedded default is one process).
+if REDIS_URL:
+    # Counters belong to the users of one database: two deployments on one Redis do not mix them.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": f"agentrun:{DATABASES['default']['NAME']}",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# How many proxies in front of the web processes append to X-Forwarded-For (0: none; REMOTE_ADDR is the
+# client). The client address every per-address limit keys on (agentrun.core.throttle.client_address).
+AGENTRUN_TRUSTED_PROXIES = int(os.environ.get("AGENTRUN_TRUSTED_PROXIES", "0"))
+# Failed token authentications (REST and websockets) per client address, checked before the token.
+AGENTRUN_TOKEN_FAILURE_RATE = os.environ.get("AGENTRUN_TOKEN_FAILURE_RATE", "30/minute")
+# REST use per person (token or session), and per address for anonymous requests; "off" turns one off.
+AGENTRUN_API_RATE = os.environ.get("AGENTRUN_API_RATE", "6000/minute")
+AGENTRUN_API_ANON_RATE = os.environ.get("AGENTRUN_API_ANON_RATE", "300/minute")
+# Open websockets per person, per web process; beyond it a socket is closed with 4029.
+AGENTRUN_WS_MAX_PER_USER = int(os.environ.get("AGENTRUN_WS_MAX_PER_USER", "50"))
+# Failed logins (django-axes, kept in the database): this many failures lock the account, and the address,
+# for AGENTRUN_LOGIN_LOCKOUT_SECONDS (a failure during the lock-out starts it again). A success resets.
+AXES_FAILURE_LIMIT = int(os.environ.get("AGENTRUN_LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(seconds=float(os.environ.get("AGENTRUN_LOGIN_LOCKOUT_SECONDS", "900")))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]  # either one locks
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # failures are kept; successful logins are not logged in a table
+AXES_CLIENT_IP_CALLABLE = "agentrun.core.throttle.axes_client_address"
+AXES_LOCKOUT_CALLABLE = "approvals.accounts.locked_out"
+
+# --- audit receipts (docs/security.md, "Audit receipts") -----------------------------------------------
+# The Ed25519 key that signs each decision's receipt: PEM, or base64 of its 32-byte seed; or a file
+# holding either. Neither: one is generated in the data directory (audit_signing_key). Never in the database.
+AGENTRUN_AUDIT_SIGNING_KEY = os.environ.get("AGENTRUN_AUDIT_SIGNING_KEY", "")
+AGENTRUN_AUDIT_SIGNING_KEY_FILE = os.environ.get("AGENTRUN_AUDIT_SIGNING_KEY_FILE", "")
+# Former signing keys' public keys (base64 or PEM, or files), comma-separated: receipts they signed still verify.
+AGENTRUN_AUDIT_PUBLIC_KEYS = [
+    k.strip() for k in os.environ.get("AGENTRUN_AUDIT_PUBLIC_KEYS", "").split(",") if k.strip()
+]
+
+# The admin's decision list verifies the whole chain on each load up to this many receipts (each row's
+# receipt always); past it, `manage.py agentrun_audit verify` does.
+AGENTRUN_AUDIT_ADMIN_VERIFY_MAX = int(os.environ.get("AGENTRUN_AUDIT_ADMIN_VERIFY_MAX", "5000"))
+
 # --- production behind TLS (AGENTRUN_HTTPS=1): secure cookies, HTTPS redirect, HSTS ------------
 if env_bool("AGENTRUN_HTTPS", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -334,6 +425,20 @@ if env_bool("AGENTRUN_HTTPS", False):
     SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^readyz/?$", r"^metrics$"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy on every response (Django's own, django.middleware.csp): scripts, styles and
+# everything else from this origin only, no inline script, no eval; websockets to this origin. The pages
+# load htmx and approvals.js as files; the API docs page relaxes styles (agentrun.api.schema).
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 SESSION_COOKIE_HTTPONLY = True
 
 
@@ -355,7 +460,15 @@ elif _EMAIL_BACKEND.endswith("smtp.EmailBackend"):
     }
 MAILERS = {"default": {"BACKEND": _EMAIL_BACKEND, "OPTIONS": _email_options}}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "agentrun <agentrun@localhost>")
-# The base of links in messages (signed decision links, dashboard links).
+# Password reset (/accounts/password_reset/): off unless email is configured (EMAIL_BACKEND names a real
+# mailer: SMTP, files), or AGENTRUN_PASSWORD_RESET says otherwise. Requests are limited per address and
+# per email address asked about; links are built from AGENTRUN_PUBLIC_URL, never the Host header.
+AGENTRUN_PASSWORD_RESET = env_bool(
+    "AGENTRUN_PASSWORD_RESET",
+    "EMAIL_BACKEND" in os.environ and not _EMAIL_BACKEND.endswith(("console.EmailBackend", "locmem.EmailBackend")),
+)
+AGENTRUN_PASSWORD_RESET_RATE = os.environ.get("AGENTRUN_PASSWORD_RESET_RATE", "5/hour")
+# The base of links in messages (signed decision links, dashboard links, password reset).
 AGENTRUN_PUBLIC_URL = os.environ.get("AGENTRUN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 # A signed decision link works once, for this many seconds at most.
 AGENTRUN_LINK_MAX_AGE = float(os.environ.get("AGENTRUN_LINK_MAX_AGE", str(24 * 3600)))
@@ -366,6 +479,13 @@ AGENTRUN_DIGEST_SECONDS = float(os.environ.get("AGENTRUN_DIGEST_SECONDS", "3600"
 AGENTRUN_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("AGENTRUN_WEBHOOK_TIMEOUT_SECONDS", "5"))
 AGENTRUN_WEBHOOK_RETRY_SECONDS = float(os.environ.get("AGENTRUN_WEBHOOK_RETRY_SECONDS", "10"))
 AGENTRUN_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("AGENTRUN_WEBHOOK_MAX_ATTEMPTS", "12"))
+# Webhooks reach public addresses only; 1 allows loopback and private ones too (receivers on the internal
+# network, tests). Link-local (cloud metadata), multicast and reserved addresses stay blocked. See
+# notifications.egress and docs/security.md.
+AGENTRUN_WEBHOOK_ALLOW_PRIVATE = env_bool("AGENTRUN_WEBHOOK_ALLOW_PRIVATE", False)
+# Keys that encrypt stored secrets (webhook signing secrets): comma-separated Fernet keys, newest first;
+# unset: derived from SECRET_KEY. Rotation: docs/security.md, "Secrets at rest".
+AGENTRUN_ENCRYPTION_KEYS = [k.strip() for k in os.environ.get("AGENTRUN_ENCRYPTION_KEYS", "").split(",") if k.strip()]
 # How long a process trusts its in-memory view of who subscribes (endpoints, email recipients)
 # before reading it again; changes made in the same process apply at once.
 AGENTRUN_EVENTS_REFRESH_SECONDS = float(os.environ.get("AGENTRUN_EVENTS_REFRESH_SECONDS", "5"))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
+from agentrun.core import outages
 from agentrun.core.access import can_view, hidden_agent_ids
 from agentrun.core.fanout import APPROVALS_GROUP
 
@@ -17,6 +20,8 @@ class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
 
     joined = False
     hidden: frozenset[str] = frozenset()
+    unwatch: Any = None
+    closing: asyncio.Future | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -26,12 +31,28 @@ class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
         # Per-agent reviewers: the scope as of connecting (a group change applies on reconnect).
         self.hidden = await database_sync_to_async(hidden_agent_ids)(user)
         await self.channel_layer.group_add(APPROVALS_GROUP, self.channel_name)
+        outages.channel_layer.reached()
         self.joined = True
+        # Events published while the channel layer is away are lost: close (1013) so that the page
+        # reconnects and fetches its cards again, instead of waiting for news that never comes.
+        loop = asyncio.get_running_loop()
+        self.unwatch = outages.channel_layer.on_down(lambda: loop.call_soon_threadsafe(self._layer_lost))
         await self.accept()
 
+    def _layer_lost(self) -> None:
+        self._unwatch()
+        self.closing = asyncio.ensure_future(self.close(code=1013, reason="try again later"))
+
+    def _unwatch(self) -> None:
+        if self.unwatch is not None:
+            self.unwatch()
+            self.unwatch = None
+
     async def disconnect(self, code: int) -> None:
+        self._unwatch()
         if self.joined:
-            await self.channel_layer.group_discard(APPROVALS_GROUP, self.channel_name)
+            with contextlib.suppress(*outages.CHANNEL_LAYER_ERRORS):  # the layer went away: nothing to leave
+                await self.channel_layer.group_discard(APPROVALS_GROUP, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """The feed only speaks; what a page sends is ignored."""

@@ -10,13 +10,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, Message, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
 from agentrun.core.selectors import decision_history, waiting_runs_by_agent
 from agentrun.engine.agents import get_agent
+from agentrun.engine.decisions import approvals_given, shown_args
 from agentrun.engine.registry import all_agents
 from approvals.resume_form import ResumeField, build_fields
 
@@ -83,15 +84,19 @@ def inbox_open_calls(
     risk: str = "",
     hidden: frozenset[str] = frozenset(),
 ) -> QuerySet[SuspendedToolCall]:
-    """Open calls of live snapshots matching the inbox filters (empty filters are ignored)."""
+    """Open calls of live snapshots matching the inbox filters (empty filters are ignored). A call
+    surfaced from a sub-agent is shown as its supervisor's call and matches both agents and the inner
+    tool (what the card shows), so a sub-agent's count and its filter agree."""
     calls = SuspendedToolCall.objects.filter(status=OPEN, run__snapshot__in=live_snapshots(hidden))
     calls = calls.exclude(surfaced_by_a_supervisor(hidden))
-    for lookup, value in (
-        ("run__agent_id", agent_id),
-        ("run__resource_id", resource_id),
-        ("tool_name", tool_name),
-        ("risk", risk),
-    ):
+    if agent_id:
+        calls = calls.filter(Q(run__agent_id=agent_id) | Q(inner_agent_id=agent_id))
+    if tool_name:
+        inner = SuspendedToolCall.objects.filter(
+            run_id=OuterRef("inner_run_id"), tool_call_id=OuterRef("inner_tool_call_id"), tool_name=tool_name
+        )
+        calls = calls.filter(Q(inner_run_id__isnull=True, tool_name=tool_name) | Exists(inner))
+    for lookup, value in (("run__resource_id", resource_id), ("risk", risk)):
         if value:
             calls = calls.filter(**{lookup: value})
     return calls
@@ -132,13 +137,21 @@ def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset())
     per registered agent the reader may see, for the chosen resource: the listing's exact totals, from
     the snapshot counters (``agentrun.core.selectors.waiting_runs_by_agent``: one query, whatever the number
     of runs). The tool and risk filters narrow the rows, not these counts."""
-    combos = inbox_open_calls(hidden=hidden).values_list("run__agent_id", "run__resource_id", "tool_name").distinct()
+    inner_tool = SuspendedToolCall.objects.filter(
+        run_id=OuterRef("inner_run_id"), tool_call_id=OuterRef("inner_tool_call_id")
+    ).values("tool_name")[:1]
+    combos = (
+        inbox_open_calls(hidden=hidden)
+        .annotate(inner_tool=Subquery(inner_tool))
+        .values_list("run__agent_id", "inner_agent_id", "run__resource_id", "tool_name", "inner_tool")
+        .distinct()
+    )
     agents, resources, tools = set(), set(), set()
-    for agent, resource, tool in combos.order_by():
-        agents.add(agent)
+    for agent, inner_agent, resource, tool, inner_tool_name in combos.order_by():
+        agents.update(a for a in (agent, inner_agent) if a)
         if resource:
             resources.add(resource)
-        tools.add(tool)
+        tools.add(inner_tool_name or tool)
     visible = [a.id for a in all_agents() if a.id not in hidden]
     return {
         "agents": sorted(agents),
@@ -172,6 +185,9 @@ class OpenCallView:
     # "Always approve" waiting for that step: the grant it would make (unsaved) and the chosen duration.
     grant: StandingGrant | None = None
     grant_expires_in: str = ""
+    # A call that needs several approvals: the ones given on the arguments shown ({by, at}).
+    approvals: list[dict] = field(default_factory=list)
+    notice: str = ""  # said on the card after a decision that left it waiting (an approval towards a quorum)
 
     @property
     def tool_call_id(self) -> str:
@@ -188,6 +204,23 @@ class OpenCallView:
     @property
     def high_risk(self) -> bool:
         return self.call.risk == SuspendedToolCall.Risk.HIGH
+
+    @property
+    def approvals_required(self) -> int:
+        return self.call.approvals_required
+
+    @property
+    def approvals_progress(self) -> str:
+        """ "1 of 2 approvals" for a call that needs several people (empty otherwise)."""
+        if self.call.approvals_required <= 1:
+            return ""
+        return f"{len(self.approvals)} of {self.call.approvals_required} approvals"
+
+    @property
+    def grantable(self) -> bool:
+        """Whether "Always approve…" may be offered: never for a high-risk call or one that needs
+        several people (the decision service refuses such grants whatever the door)."""
+        return self.is_approval and not self.high_risk and self.call.approvals_required <= 1
 
     @property
     def title(self) -> str:
@@ -304,11 +337,14 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
         reason = reasons.get(f"{c.run_id} {c.tool_call_id}", "")
         if inner_call is not None:
             description = _description(c.inner_agent_id or "", inner_call.tool_name)
-            args, inner_name = inner_call.args, inner_call.tool_name
+            inner_name = inner_call.tool_name
             reason = reasons.get(f"{inner_call.run_id} {inner_call.tool_call_id}") or reason
         else:
             description = _description(c.run.agent_id, c.tool_name)
-            args, inner_name = c.args, None
+            inner_name = None
+        # What the reviewer approves: an earlier approver's edit still short of its quorum, the inner
+        # call's arguments (what would run), or the call's own.
+        args = shown_args(c, inner_call)
         views.append(
             OpenCallView(
                 call=c,
@@ -317,6 +353,7 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
                 inner_tool_name=inner_name,
                 resume_fields=None if c.requires_approval else build_fields(c.resume_schema),
                 reason=reason,
+                approvals=[{"by": d.decided_by_username, "at": d.decided_at} for d in approvals_given(c)],
             )
         )
     return views

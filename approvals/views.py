@@ -29,7 +29,7 @@ from agentrun.core.access import can_decide, can_decide_agent, can_view, hidden_
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, Run, SuspendedToolCall, Thread
 from agentrun.core.selectors import decision_history
-from agentrun.engine.service import DecisionRequest, decide_tool_call, decide_tool_calls
+from agentrun.engine.service import Decider, DecisionCommand, DecisionRequest, decide
 from approvals import grants, selectors
 from approvals.resume_form import attach_engine_errors, json_error, parse_resume_form
 from approvals.selectors import OpenCallView
@@ -234,9 +234,21 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
             return HttpResponse("Unknown action.", status=400)
         if action in ("approve", "edit") and (asking := ask_high_risk_confirmation(request, view, action)):
             return asking
-        outcome = decide_tool_call(**kwargs, decided_by=request.user, via=Decision.Via.DASHBOARD)
+        outcome = decide(
+            DecisionCommand.one(**kwargs, decider=Decider.person(request.user, via=Decision.Via.DASHBOARD))
+        )
     except AgentRunError as exc:
         return _refused(request, view, action, exc)
+    if not outcome.decision.completes:
+        # An approval towards a quorum: the call still waits for another person. The card stays,
+        # saying who approved so far ("1 of 2 approvals").
+        fresh = selectors.open_call_views([SuspendedToolCall.objects.select_related("run").get(pk=call.pk)])[0]
+        fresh.notice = "Your approval is recorded. Another person must approve the same arguments."
+        if request.htmx:
+            return card_response(request, fresh)
+        from approvals.urls import thread_path  # the URLconf imports these views
+
+        return redirect(thread_path(call.run.thread_id))
     return _decision_response(request, outcome.decision, run_id, tool_call_id, status=200)
 
 
@@ -360,12 +372,14 @@ def decide_all(request: HtmxHttpRequest) -> HttpResponse:
             for run_id, requests in groups.items():
                 if run_id not in agents:
                     raise AgentRunError("RUN_NOT_FOUND", "A listed call is not in this thread any more.")
-                outcome = decide_tool_calls(
-                    agent_id=agents[run_id],
-                    run_id=run_id,
-                    requests=requests,
-                    decided_by=request.user,
-                    via=Decision.Via.DASHBOARD,
+                outcome = decide(
+                    DecisionCommand(
+                        agent_id=agents[run_id],
+                        run_id=run_id,
+                        requests=tuple(requests),
+                        decider=Decider.person(request.user, via=Decision.Via.DASHBOARD),
+                        batch=True,
+                    )
                 )
                 decided += outcome.decisions
     except AgentRunError as exc:

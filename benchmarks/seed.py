@@ -109,8 +109,12 @@ def _select(model, ids: list[str], threads: int, resources: int) -> tuple[list[s
             for old in ids:
                 text = f"replace({text}, '{old}', '{old}-' || g)"
             expression = f"({text})::jsonb"
-        elif isinstance(field, models.CharField | models.ForeignKey) and (
-            field.primary_key or field.is_relation or column.endswith("tool_call_id") or column == "inner_run_id"
+        elif (
+            (field.primary_key and isinstance(field, models.CharField))
+            # A reference to one of agentrun's rows (text ids), not to a user (an integer).
+            or (field.is_relation and isinstance(field.target_field, models.CharField))
+            or column.endswith("tool_call_id")
+            or column == "inner_run_id"
         ):
             expression = f"{column} || '-' || g"  # NULL stays NULL
         else:

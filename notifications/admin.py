@@ -10,16 +10,23 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from agentrun.admin import ScopedAdmin
 from agentrun.core.outbox import EVENT_TYPES
-from notifications import delivery, signatures
+from notifications import delivery, egress, signatures
 from notifications.models import DecisionLink, EmailNotice, NotificationPreference, WebhookDelivery, WebhookEndpoint
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ScopedAdmin):
+    """Side records the notifications keep (deliveries, notices, links): view-only, and only those of
+    the agents the user may see (``agentrun.admin.ScopedAdmin``, as every agentrun list)."""
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -46,10 +53,17 @@ class EndpointForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.initial["agents"] = ", ".join(self.instance.agents or [])
 
-    def clean_secret(self) -> str:
+    def clean_url(self) -> str:
+        url = self.cleaned_data["url"]
+        if problem := egress.url_problem(url):  # loopback, private, link-local, … (docs/security.md)
+            raise forms.ValidationError(problem)
+        return url
+
+    def clean_secret(self) -> str | None:
+        """The new secret, or None to keep the current one (a new endpoint gets a generated one)."""
         secret = self.cleaned_data["secret"]
         if not secret:
-            return self.instance.secret or signatures.new_secret()
+            return None if self.instance.sealed_secret else signatures.new_secret()
         if problem := signatures.secret_problem(secret):
             raise forms.ValidationError(problem)
         return secret
@@ -61,9 +75,20 @@ class EndpointForm(forms.ModelForm):
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
     form = EndpointForm
-    list_display = ["id", "url", "format", "active", "events_list", "agents_list", "created_at"]
+    list_display = ["id", "url", "format", "active", "events_list", "agents_list", "owner", "created_at"]
+    readonly_fields = ["owner"]
     list_filter = ["active", "format"]
     search_fields = ["id", "url"]
+
+    def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: EndpointForm, change: bool) -> None:
+        secret = form.cleaned_data.get("secret")
+        if secret is not None:
+            obj.secret = secret
+        obj.owner = request.user  # it shows what the person who last set it up may see
+        super().save_model(request, obj, form, change)
+        if secret is not None and not form.data.get("secret"):
+            # Generated: shown this once, never again (the table holds it encrypted).
+            messages.warning(request, f"The endpoint's signing secret, shown only now: {secret}")
 
     @admin.display(description="events")
     def events_list(self, obj: WebhookEndpoint) -> str:
@@ -83,6 +108,8 @@ def resend_deliveries(modeladmin: admin.ModelAdmin, request: HttpRequest, querys
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
     """The delivery log: status, attempts, response code, next retry."""
+
+    agent_fields = ("event__agent_id",)
 
     list_display = [
         "id",
@@ -119,6 +146,7 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
 
 @admin.register(EmailNotice)
 class EmailNoticeAdmin(ReadOnlyAdmin):
+    agent_fields = ("event__agent_id",)
     list_display = ["id", "user", "event", "digest", "attempts", "sent_at", "next_attempt_at", "last_error"]
     list_filter = ["digest"]
     search_fields = ["user__username", "event__id"]

@@ -2,7 +2,9 @@
 
 ``GET/POST /api/webhook-endpoints/``, ``GET/PATCH/DELETE /api/webhook-endpoints/{id}``,
 ``GET /api/webhook-endpoints/{id}/deliveries``. ``secret`` is write-only: a POST without one gets a
-generated ``whsec_`` secret, shown in that response only.
+generated ``whsec_`` secret, shown in that response only. The URL must reach a public address
+(``notifications.egress``); whoever creates or changes an endpoint becomes its owner, and it receives
+only the events of agents they may view.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from agentrun.api.serializers import ErrorSerializer, list_of
 from agentrun.api.views import CURSOR_PARAMS
 from agentrun.core.errors import AgentRunError
 from agentrun.core.outbox import EVENT_TYPES
-from notifications import signatures
+from notifications import egress, signatures
 from notifications.models import WebhookDelivery, WebhookEndpoint
 
 JSON = "application/json"
@@ -68,6 +70,8 @@ class EndpointInputSerializer(serializers.Serializer):
     def validate_url(self, value: str) -> str:
         for validator in WebhookEndpoint._meta.get_field("url").validators:  # http(s) URLs only
             validator(value)
+        if problem := egress.url_problem(value):  # loopback, private, link-local, … (docs/security.md)
+            raise serializers.ValidationError(problem)
         return value
 
     def validate_secret(self, value: str) -> str:
@@ -144,7 +148,7 @@ class EndpointListView(EndpointApiView):
     def post(self, request: Request) -> Response:
         fields = self.validated(partial=False)
         generated = None if "secret" in fields else signatures.new_secret()
-        endpoint = WebhookEndpoint.objects.create(secret=fields.pop("secret", generated), **fields)
+        endpoint = WebhookEndpoint.objects.create(secret=fields.pop("secret", generated), owner=request.user, **fields)
         body = endpoint.to_dict() | ({"secret": generated} if generated else {})
         return Response(body, status=201)
 
@@ -168,6 +172,7 @@ class EndpointDetailView(EndpointApiView):
         endpoint = self.endpoint(id)
         for name, value in self.validated(partial=True).items():
             setattr(endpoint, name, value)
+        endpoint.owner = request.user  # it now shows what the person who changed it may see
         endpoint.save()
         return Response(endpoint.to_dict())
 

@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-import urllib.error
-import urllib.request
 from datetime import timedelta
-from http.client import HTTPException
 from typing import Any
 
 from django.conf import settings
@@ -36,9 +33,9 @@ from django.db import transaction
 from django.tasks import task
 from django.utils import timezone
 
-from agentrun.core import metrics, retention
+from agentrun.core import access, metrics, retention, secretbox
 from agentrun.core.models import OutboxEvent
-from notifications import emails, payloads, signatures
+from notifications import egress, emails, payloads, signatures
 from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
 
 logger = logging.getLogger("agentrun.notifications")
@@ -65,6 +62,13 @@ def _claim_until() -> Any:
 
 
 # --- taking an event ------------------------------------------------------------------------------
+def recipients(type_: str, agent_id: str) -> list[WebhookEndpoint]:
+    """The active endpoints that want this event and whose owner may view its agent (an endpoint is a
+    window onto the runs: it shows no more than the person who set it up may see)."""
+    endpoints = WebhookEndpoint.objects.filter(active=True, owner__isnull=False).select_related("owner")
+    return [e for e in endpoints if e.subscribes(type_, agent_id) and access.can_view_agent(e.owner, agent_id)]
+
+
 def take_event(event_id: str) -> bool:
     """Write the event's deliveries and notices and mark it handled, once (False: taken already).
     Their tasks are enqueued in the same transaction."""
@@ -73,7 +77,7 @@ def take_event(event_id: str) -> bool:
         event = OutboxEvent.objects.select_for_update().filter(pk=event_id, handled_at__isnull=True).first()
         if event is None:
             return False
-        endpoints = [e for e in WebhookEndpoint.objects.filter(active=True) if e.subscribes(event.type, event.agent_id)]
+        endpoints = recipients(event.type, event.agent_id)
         WebhookDelivery.objects.bulk_create(
             [WebhookDelivery(endpoint=e, event=event, next_attempt_at=now) for e in endpoints], ignore_conflicts=True
         )
@@ -100,26 +104,44 @@ def handle_event(event_id: str) -> bool:
 
 
 # --- webhooks -----------------------------------------------------------------------------------
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # a 3xx is an answer like any other non-2xx: the attempt failed
+def post(url: str, body: bytes, headers: dict[str, str]) -> egress.Outcome:
+    """POST ``body`` through a vetted connection (``notifications.egress``): no redirect followed, no
+    blocked address reached, a generic reason on failure."""
+    return egress.post(url, body, headers, timeout=settings.AGENTRUN_WEBHOOK_TIMEOUT_SECONDS)
 
 
-_opener = urllib.request.build_opener(_NoRedirects)
-
-
-def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str | None]:
-    """POST ``body``; (status, None) on any HTTP answer with a 2xx, else (status or None, what went wrong)."""
-    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
-    try:
-        with _opener.open(request, timeout=settings.AGENTRUN_WEBHOOK_TIMEOUT_SECONDS) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code, f"HTTP {exc.code}"
-    except (urllib.error.URLError, HTTPException, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        return None, f"{type(exc).__name__}: {reason}"[:1000]
-    return status, None if 200 <= status < 300 else f"HTTP {status}"
+def _record_attempt(delivery: WebhookDelivery, outcome: egress.Outcome) -> None:
+    """Record an attempt and enqueue the next one if it failed, in one transaction; nothing when the
+    delivery went meanwhile (its endpoint was deleted: its pending deliveries end with it)."""
+    now = timezone.now()
+    fields = {
+        "attempts": delivery.attempts + 1,
+        "response_status": outcome.status,
+        "last_error": outcome.error,
+        "last_attempt_at": now,
+    }
+    if outcome.error is None:
+        fields |= {"status": WebhookDelivery.Status.DELIVERED, "delivered_at": now, "next_attempt_at": None}
+    elif fields["attempts"] >= settings.AGENTRUN_WEBHOOK_MAX_ATTEMPTS:
+        fields |= {"status": WebhookDelivery.Status.FAILED, "next_attempt_at": None}
+    else:
+        fields["next_attempt_at"] = now + backoff(fields["attempts"])
+    with transaction.atomic():
+        if not WebhookDelivery.objects.filter(pk=delivery.pk).update(**fields):
+            logger.info("webhook %s: its endpoint was deleted during the attempt", delivery.pk)
+            return
+        if fields["next_attempt_at"] is not None:
+            attempt_delivery.using(run_after=fields["next_attempt_at"]).enqueue(delivery.pk)
+    retry = fields["next_attempt_at"] is not None
+    metrics.webhook_attempted("delivered" if outcome.error is None else "retry" if retry else "failed")
+    if outcome.error is not None:
+        logger.info(
+            "webhook %s to endpoint %s failed (attempt %d): %s",
+            delivery.event_id,
+            delivery.endpoint_id,
+            fields["attempts"],
+            outcome.error,
+        )
 
 
 @task(queue_name=QUEUE)
@@ -131,39 +153,25 @@ def attempt_delivery(delivery_id: str) -> bool:
     ).update(next_attempt_at=_claim_until())
     if not claimed:
         return False
-    delivery = WebhookDelivery.objects.select_related("endpoint", "event").get(pk=delivery_id)
+    delivery = WebhookDelivery.objects.select_related("endpoint", "event").filter(pk=delivery_id).first()
+    if delivery is None:  # the endpoint was deleted since the claim
+        return False
     endpoint, event = delivery.endpoint, delivery.event
+    try:
+        secret = endpoint.secret
+    except secretbox.UnreadableSecret:
+        logger.error("webhook endpoint %s: its secret cannot be decrypted (AGENTRUN_ENCRYPTION_KEYS)", endpoint.pk)
+        _record_attempt(delivery, egress.Outcome(None, "secret unreadable"))
+        return False
     body = payloads.body(endpoint, event)
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
-        **signatures.headers(endpoint.secret, event.id, body),
+        **signatures.headers(secret, event.id, body),
     }
-    status, error = post(endpoint.url, body, headers)
-    now = timezone.now()
-    delivery.attempts += 1
-    delivery.response_status = status
-    delivery.last_error = error
-    delivery.last_attempt_at = now
-    if error is None:
-        delivery.status = WebhookDelivery.Status.DELIVERED
-        delivery.delivered_at = now
-        delivery.next_attempt_at = None
-    elif delivery.attempts >= settings.AGENTRUN_WEBHOOK_MAX_ATTEMPTS:
-        delivery.status = WebhookDelivery.Status.FAILED
-        delivery.next_attempt_at = None
-    else:
-        delivery.next_attempt_at = now + backoff(delivery.attempts)
-    with transaction.atomic():
-        delivery.save()
-        if delivery.next_attempt_at is not None:
-            attempt_delivery.using(run_after=delivery.next_attempt_at).enqueue(delivery.pk)
-    metrics.webhook_attempted(
-        "delivered" if error is None else "retry" if delivery.next_attempt_at is not None else "failed"
-    )
-    if error is not None:
-        logger.info("webhook %s to %s failed (attempt %d): %s", event.id, endpoint.url, delivery.attempts, error)
-    return error is None
+    outcome = post(endpoint.url, body, headers)
+    _record_attempt(delivery, outcome)
+    return outcome.error is None
 
 
 def resend(delivery_ids: list[str]) -> int:

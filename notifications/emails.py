@@ -14,6 +14,7 @@ call with a signed decision link for that reviewer alone, and links to the dashb
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -27,7 +28,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agentrun.core import access, outbox
-from agentrun.core.models import OutboxEvent, SuspendedToolCall
+from agentrun.core.models import OutboxEvent, Run, SuspendedToolCall
 from approvals.public import OpenCallView, open_call_views
 from notifications import links
 from notifications.models import EmailNotice, NotificationPreference
@@ -50,26 +51,41 @@ def email_possible() -> bool:
     return users.exclude(notification_preference__email=OFF).exists()
 
 
+def agents_involved(event: OutboxEvent) -> list[str]:
+    """The agents whose calls ``event`` shows: its run's, and each sub-agent whose call is surfaced."""
+    data = event.data or {}
+    calls = data.get("toolCalls") or ([data["toolCall"]] if data.get("toolCall") else [])
+    inner = [c["subAgent"]["agentId"] for c in calls if c and c.get("subAgent")]
+    return [event.agent_id, *dict.fromkeys(a for a in inner if a != event.agent_id)]
+
+
 def recipients(event: OutboxEvent) -> list:
-    """The reviewers told of ``event`` (with an email address, email not turned off)."""
+    """The reviewers told of ``event`` (with an email address, email not turned off): people who may
+    decide every agent involved — a call surfaced from a sub-agent shows that agent's arguments."""
+    agents = agents_involved(event)
     perm = Permission.objects.filter(codename="decide_toolcall", content_type__app_label="agentrun").first()
     users = get_user_model().objects.filter(is_active=True).exclude(email="")
     deciders = Q(is_superuser=True)
     if perm is not None:
         deciders |= Q(groups__permissions=perm) | Q(user_permissions=perm)
     users = users.filter(deciders)
-    if groups := access.agent_reviewers().get(event.agent_id):
-        users = users.filter(Q(is_superuser=True) | Q(groups__name__in=groups))
+    for agent_id in agents:
+        if groups := access.agent_reviewers().get(agent_id):
+            users = users.filter(Q(is_superuser=True) | Q(groups__name__in=groups))
     if event.type == outbox.ESCALATED:
         users = users.filter(groups__name__in=event.data.get("escalateTo") or [])
     users = users.exclude(notification_preference__email=OFF).distinct().order_by("pk")
     # The queries above find candidates; the access rules decide (the links must work for them).
-    return [user for user in users if access.can_decide_agent(user, event.agent_id)]
+    return [user for user in users if all(access.can_decide_agent(user, a) for a in agents)]
 
 
 def create_notices(event: OutboxEvent) -> None:
     """The notices ``event`` owes, in the caller's transaction (the event's hand-over)."""
     if event.type not in EMAIL_EVENTS:
+        return
+    if Run.objects.filter(pk=event.run_id, parent_run__isnull=False).exists():
+        # A sub-agent's run: its calls wait surfaced on its supervisor's call, whose own event is
+        # emailed (one decision to make, one email per recipient).
         return
     now = timezone.now()
     notices = []
@@ -107,6 +123,21 @@ class Item:
     @property
     def call(self) -> SuspendedToolCall:
         return self.view.call
+
+    # Ids a user or a model chose, quoted as JSON strings: whatever they hold (a CR LF from before ids
+    # refused control characters), they stay one quoted value and cannot forge lines of the message.
+    @property
+    def thread_quoted(self) -> str:
+        return quoted(self.call.run.thread_id)
+
+    @property
+    def resource_quoted(self) -> str:
+        return quoted(self.call.run.resource_id)
+
+
+def quoted(value: str) -> str:
+    """``value`` as a JSON string: in double quotes, with quotes, backslashes and control characters escaped."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _waiting_calls(event: OutboxEvent) -> list[SuspendedToolCall]:
@@ -152,7 +183,7 @@ def _subject(items: list[Item]) -> str:
     if len(items) > 1:
         return f"[agentrun] {len(items)} tool calls wait for your decision"
     item = items[0]
-    what = f"{item.call.run.agent_id}: {item.call.tool_name}"
+    what = f"{item.call.run.agent_id}: {item.view.title}"
     if item.event.type == outbox.ESCALATED:
         return f"[agentrun] Escalated to you: {what} waits for approval"
     if item.event.type == outbox.TIMEOUT_WARNING:

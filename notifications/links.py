@@ -18,8 +18,10 @@ from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from agentrun.core.models import Decision, SuspendedToolCall, args_fingerprint
-from agentrun.engine.service import DecisionOutcome, decide_tool_call
+from agentrun.core.models import Decision, SuspendedToolCall
+from agentrun.engine import service
+from agentrun.engine.decisions import shown_fingerprint
+from agentrun.engine.service import Decider, DecisionCommand, DecisionOutcome
 from notifications.models import DecisionLink
 from notifications.payloads import public_url
 
@@ -43,7 +45,8 @@ def create(user: object, call: SuspendedToolCall) -> str:
         run_id=call.run_id,
         tool_call_id=call.tool_call_id,
         suspension=call.suspension,
-        args_fingerprint=args_fingerprint(call.args),
+        # What the message shows: the inner call's arguments for a call surfaced from a sub-agent.
+        args_fingerprint=shown_fingerprint(call),
         expires_at=timezone.now() + timedelta(seconds=settings.AGENTRUN_LINK_MAX_AGE),
     )
     return public_url(reverse("notifications:link", args=[signing.dumps(link.id, salt=SALT)]))
@@ -90,14 +93,16 @@ def decide(link: DecisionLink, *, kind: str, reason: str | None) -> DecisionOutc
         if not used:
             raise LinkUnusable("used")
 
-    return decide_tool_call(
+    # Bound to what the message showed: its suspension and its arguments, both re-checked in the
+    # decision's transaction (a call that waits again since, on other arguments, is not this link's).
+    command = DecisionCommand.one(
         agent_id=link.agent_id,
         run_id=link.run_id,
         tool_call_id=link.tool_call_id,
         kind=kind,
         reason=reason,
         args_fingerprint=link.args_fingerprint,
-        decided_by=link.user,
-        via=Decision.Via.LINK,
-        on_recorded=mark_used,
+        suspension=link.suspension,
+        decider=Decider.person(link.user, via=Decision.Via.LINK),
     )
+    return service.decide(command, on_recorded=mark_used)

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from agentrun.core import secretbox
 from agentrun.core.ids import new_id
 from agentrun.core.models import Decision, OutboxEvent
 from agentrun.core.timeutil import iso
@@ -30,7 +31,12 @@ def _link_id() -> str:
 
 
 class WebhookEndpoint(models.Model):
-    """Where events are POSTed, signed with ``secret`` (Standard Webhooks)."""
+    """Where events are POSTed, signed with ``secret`` (Standard Webhooks).
+
+    ``secret`` reads and writes the plaintext; the table holds it encrypted (``sealed_secret``,
+    ``agentrun.core.secretbox``). ``owner``: who last created or changed the endpoint. It receives only
+    the events of agents its owner may view (docs/security.md, "Webhook targets"); no owner, no events.
+    """
 
     class Format(models.TextChoices):
         STANDARD = "standard"  # {id, type, createdAt, data}
@@ -38,7 +44,10 @@ class WebhookEndpoint(models.Model):
 
     id = models.CharField(primary_key=True, max_length=40, default=_endpoint_id, editable=False)
     url = models.URLField(max_length=2000, validators=[URLValidator(schemes=["http", "https"])])
-    secret = models.CharField(max_length=255)
+    sealed_secret = models.TextField()
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     events = models.JSONField(default=list, blank=True)  # event types; empty: all
     agents = models.JSONField(default=list, blank=True)  # agent ids; empty: all
     active = models.BooleanField(default=True)
@@ -51,7 +60,16 @@ class WebhookEndpoint(models.Model):
     def __str__(self) -> str:
         return f"{self.id} → {self.url}"
 
+    @property
+    def secret(self) -> str:
+        return secretbox.unseal(self.sealed_secret)
+
+    @secret.setter
+    def secret(self, plaintext: str) -> None:
+        self.sealed_secret = secretbox.seal(plaintext)
+
     def subscribes(self, type_: str, agent_id: str) -> bool:
+        """Whether it wants this event (its filters; the owner's scope is ``delivery.recipients``')."""
         return (
             self.active and (not self.events or type_ in self.events) and (not self.agents or agent_id in self.agents)
         )

@@ -44,13 +44,27 @@ def _args(args: object, limit: int = 300) -> str:
     return _escape(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
+def _seen(call: dict) -> tuple[str, object]:
+    """A listed call as the reviewer sees it: ``billing-agent → refund`` and the inner call's arguments
+    for a call surfaced from a sub-agent."""
+    inner = call.get("subAgent")
+    if inner:
+        return f"{inner['agentId']} → {inner['toolName']}", inner["args"]
+    return call["toolName"], call["args"]
+
+
+def _decided_tool(data: dict) -> str:
+    inner = data.get("subAgent")
+    return f"{inner['agentId']} → {inner['toolName']}" if inner else data["toolName"]
+
+
 def summary(event: OutboxEvent) -> tuple[str, str]:
     """One line saying what happened (Slack mrkdwn), and the dashboard page about it."""
     data = event.data
     agent = f"*{_escape(event.agent_id)}*"
     if event.type == "run.suspended":
         calls = "; ".join(
-            f"`{_escape(c['toolName'])}` {_args(c['args'])}"
+            f"`{_escape(_seen(c)[0])}` {_args(_seen(c)[1])}"
             + (f" (risk {c.get('risk')})" if c.get("requiresApproval") else " (waits for an answer)")
             for c in data.get("toolCalls", [])
         )
@@ -58,17 +72,17 @@ def summary(event: OutboxEvent) -> tuple[str, str]:
         return text, thread_url(data["threadId"])
     if event.type == "toolcall.decided":
         who = AUTOMATIC.get(data["via"]) or _escape(data.get("decidedBy") or "someone")
-        text = f"{agent}: `{_escape(data['toolName'])}` {data['kind']}d by {who} (via {data['via']})"
+        text = f"{agent}: `{_escape(_decided_tool(data))}` {data['kind']}d by {who} (via {data['via']})"
         return text, run_url(data["runId"])
     if event.type in ("approval.timeout_warning", "approval.escalated"):
         call = data["toolCall"]
         if event.type == "approval.escalated":
             groups = ", ".join(_escape(g) for g in data.get("escalateTo", []))
-            tool = _escape(call["toolName"])
+            tool = _escape(_seen(call)[0])
             text = f":rotating_light: {agent}: nobody approved `{tool}` in time; escalated to {groups}"
         else:
             text = (
-                f":alarm_clock: {agent}: `{_escape(call['toolName'])}` {_args(call['args'])} will be decided by its "
+                f":alarm_clock: {agent}: `{_escape(_seen(call)[0])}` {_args(_seen(call)[1])} will be decided by its "
                 f"timeout policy ({data['onTimeout']}) at {data['timeoutAt']} unless someone decides first"
             )
         return text, thread_url(data["threadId"])

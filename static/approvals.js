@@ -13,6 +13,14 @@
     },
   };
 
+  /* The thread page's live refresh says which calls it shows (hx-vals="js:…" would need eval, which the
+     Content-Security-Policy forbids). */
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (event.detail.elt.id === "live-refresh") {
+      event.detail.parameters.known = window.approvals.knownCallIds();
+    }
+  });
+
   /* --- the live feed: "live", or "offline — reconnecting" with deciding disabled until re-synced --- */
   // Reconnect soon after a drop (a reviewer should not wait a minute), backing off to 8 s.
   htmx.config.wsReconnectDelay = function (retryCount) {

@@ -2,6 +2,11 @@
 // page's own JSON (#metrics-data). The same numbers are in the page's tables and its CSV.
 (function () {
   "use strict";
+  // The window picker submits its form when changed.
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("select[data-autosubmit]")) event.target.form.submit();
+  });
+
   const KIND_COLOURS = { approve: "#137333", decline: "#b42318", resume: "#2456d6", expire: "#7a4b00" };
 
   function data() {

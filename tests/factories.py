@@ -18,8 +18,10 @@ from django.utils import timezone
 
 from agentrun.core.models import Message, Run, RunChunk, RunStep, Snapshot
 from agentrun.engine.agents import get_agent
-from agentrun.engine.decisions import DecisionOutcome, DecisionRequest, record_decisions
+from agentrun.engine.decisions import DecisionOutcome, record_decisions
 from agentrun.engine.providers import DirectiveModel
+from agentrun.engine.service import decide
+from agentrun.engine.types import PYTHON, Decider, DecisionCommand
 
 EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
 
@@ -35,17 +37,18 @@ def wait_for_tasks(timeout: float = 30.0, queue: str = "notifications") -> None:
 
 
 def record_decision(
-    *, agent_id: str, run_id: str, kind: str, decided_by: Any = None, via: str = "python", **request: Any
+    *, agent_id: str, run_id: str, kind: str, decider: Decider = PYTHON, **request: Any
 ) -> DecisionOutcome:
     """The decision transaction alone, with no continuation queued: what a process that died right
     after the commit leaves behind (the sweeper continues such runs), or a test drives itself."""
     return record_decisions(
-        agent_id=agent_id,
-        run_id=run_id,
-        requests=[DecisionRequest(kind=kind, **request)],
-        decided_by=decided_by,
-        via=via,
+        DecisionCommand.one(agent_id=agent_id, run_id=run_id, kind=kind, decider=decider, **request)
     )
+
+
+def decide_call(*, agent_id: str, run_id: str, kind: str, decider: Decider = PYTHON, **request: Any) -> DecisionOutcome:
+    """One decision through the decision service (its continuation queued), as a door makes it."""
+    return decide(DecisionCommand.one(agent_id=agent_id, run_id=run_id, kind=kind, decider=decider, **request))
 
 
 def is_rested(run: Run) -> bool:
@@ -160,15 +163,21 @@ def bulk_suspended_runs(
     resources: int = 150,
     start: datetime | None = None,
     spacing_s: int = 37,
+    apps: Any = None,
 ) -> list[str]:
     """Write ``count`` suspended runs straight to the tables (what the engine leaves behind), fast.
 
     Spread over ``agents`` agents (``bulk-agent-<n>``), threads and resources, with created_at one
     ``spacing_s`` apart from ``start``. For volume tests of the listing query only: nothing drives them.
+    ``apps``: the models as of a migration (a migration test writes them before a later one).
     """
     from datetime import UTC, timedelta
 
-    from agentrun.core.models import SuspendedToolCall, Thread
+    from django.apps import apps as current
+
+    model = (apps or current).get_model
+    Run, RunStep, Snapshot = model("agentrun", "Run"), model("agentrun", "RunStep"), model("agentrun", "Snapshot")
+    SuspendedToolCall, Thread = model("agentrun", "SuspendedToolCall"), model("agentrun", "Thread")
 
     start = start or datetime(2024, 1, 1, tzinfo=UTC)
     thread_rows = [Thread(id=f"bulk-thread-{t}", resource_id=f"bulk-user-{t % resources}") for t in range(threads)]
@@ -186,7 +195,7 @@ def bulk_suspended_runs(
                 agent_id=agent_id,
                 thread_id=thread_id,
                 resource_id=resource_id,
-                status=Run.Status.SUSPENDED,
+                status="suspended",
                 created_at=created_at,
                 started_at=created_at,
                 suspended_at=created_at,
@@ -199,7 +208,7 @@ def bulk_suspended_runs(
                 run_id=run_id,
                 agent_id=agent_id,
                 thread_id=thread_id,
-                type=RunStep.Type.TOOL_CALLS,
+                type="tool_calls",
                 created_at=created_at,
                 step_details={
                     "type": "tool_calls",

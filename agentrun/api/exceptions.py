@@ -14,7 +14,9 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 
+from agentrun.core import outages
 from agentrun.core.errors import AgentRunError
+from agentrun.core.throttle import retry_after
 
 # DRF's errors that the contract names; anything else keeps its status with a generic code.
 _DRF_CODES: list[tuple[type[exceptions.APIException], str]] = [
@@ -55,7 +57,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """REST_FRAMEWORK["EXCEPTION_HANDLER"]. Unknown exceptions return None: they are bugs (a 500)."""
     if isinstance(exc, RequestDataTooBig | TooManyFieldsSent):
         exc = too_large()
+    if isinstance(exc, outages.INFRASTRUCTURE_ERRORS):
+        exc = outages.unavailable(exc)  # the database or the channel layer is away (docs/operations.md)
     if isinstance(exc, AgentRunError):
+        if exc.http_status == 503:
+            headers = {"Retry-After": str(outages.RETRY_AFTER_SECONDS)}
+            return outages.counted(Response(exc.to_dict(), status=503, headers=headers))
         return Response(exc.to_dict(), status=exc.http_status)
     if isinstance(exc, Http404):
         return Response(envelope("NOT_FOUND", "Not found."), status=404)
@@ -69,7 +76,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if auth_header := getattr(exc, "auth_header", None):
         headers["WWW-Authenticate"] = auth_header
     if wait := getattr(exc, "wait", None):
-        headers["Retry-After"] = str(int(wait))
+        headers["Retry-After"] = retry_after(wait)
     status = exc.status_code
     if code == "INVALID_REQUEST":
         status = 400  # a body that is not JSON is bad input like any other (no 415 in the contract)

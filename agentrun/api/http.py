@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from rest_framework import exceptions
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentrun.api.authentication import BearerTokenAuthentication
+from agentrun.api.authentication import BearerTokenAuthentication, GuardedTokenAuthentication
 from agentrun.api.bodies import max_body_size, parse_json
 from agentrun.api.exceptions import too_large
 from agentrun.core.access import VIEW_PERMISSION
@@ -83,7 +83,7 @@ class HasRequiredPermission(BasePermission):
 class ApiView(APIView):
     """Base of every endpoint: Token first, so anonymous requests get 401 with a challenge."""
 
-    authentication_classes = [TokenAuthentication, BearerTokenAuthentication, SessionAuthentication]
+    authentication_classes = [GuardedTokenAuthentication, BearerTokenAuthentication, SessionAuthentication]
     permission_classes = [HasRequiredPermission]
     parser_classes = [BoundedJSONParser]
     renderer_classes = [JSONRenderer]

@@ -18,7 +18,7 @@ from django.db import IntegrityError
 
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, IdempotencyKey
-from agentrun.engine.service import DecisionOutcome, DecisionRequest, decide_tool_calls
+from agentrun.engine.service import Decider, DecisionCommand, DecisionOutcome, DecisionRequest, decide
 
 MAX_KEY_LENGTH = 255
 
@@ -81,15 +81,14 @@ def decide_via_api(
         )
 
     try:
-        outcome = decide_tool_calls(
+        command = DecisionCommand(
             agent_id=agent_id,
             run_id=run_id,
-            requests=requests,
-            decided_by=user,
-            via=Decision.Via.API,
+            requests=tuple(requests),
+            decider=Decider.person(user, via=Decision.Via.API),
             batch=batch,
-            on_recorded=remember if idempotency_key is not None else None,
         )
+        outcome = decide(command, on_recorded=remember if idempotency_key is not None else None)
     except (AgentRunError, IntegrityError):
         # Lost a race to an identical request that committed first: its answer is ours.
         if idempotency_key is not None and (prior := _prior(user, idempotency_key, request_fingerprint)):

@@ -36,7 +36,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentrun.api import views
-from agentrun.api.bodies import decision_kwargs, stream_kwargs
+from agentrun.api.bodies import decision_request, stream_kwargs
 from agentrun.api.exceptions import exception_handler
 from agentrun.api.http import ApiView
 from agentrun.api.openai_compat import model_name
@@ -46,7 +46,7 @@ from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import release_connection, subscribe
 from agentrun.core.models import Decision, Run
 from agentrun.engine.agents import Agent, all_agents
-from agentrun.engine.service import decide_tool_call
+from agentrun.engine.service import Decider, DecisionCommand, DecisionOutcome, decide
 
 logger = logging.getLogger("agentrun.api")
 
@@ -205,13 +205,20 @@ def _stream_kwargs(body: Any, *, until_idle: bool = False) -> dict:
     memory = native.get("memory")
     if isinstance(memory, dict):
         native["memory"] = {"thread": memory.get("thread"), "resource": memory.get("resource")}
-    return stream_kwargs(native)
+    return stream_kwargs(native, lenient=True)
 
 
 # --- decisions -----------------------------------------------------------------------------------
-def _continuation(run_id: str, after: int) -> AsyncIterator[dict]:
-    chunks = subscribe(run_id, after, until="rest", after_a_finish=True)
+def _continuation(outcome: DecisionOutcome) -> AsyncIterator[dict]:
+    if not outcome.continue_run_id:  # an approval towards a quorum: nothing runs yet
+        return mastra_chunks(_nothing(), continuation=True, one_segment=True)
+    chunks = subscribe(outcome.run_id, outcome.after_seq, until="rest", after_a_finish=True)
     return mastra_chunks(chunks, continuation=True, one_segment=True)
+
+
+async def _nothing() -> AsyncIterator[dict]:
+    return
+    yield
 
 
 class DecisionView(MastraView):
@@ -224,18 +231,24 @@ class DecisionView(MastraView):
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - Mastra's path parameter
         agent = views.agent_or_404(agentId, request.user)
         body = self.body()
-        # The native body's rules (toolCallId, reason, resumeData, argsFingerprint; args to approve with
-        # edited arguments), plus Mastra's: runId always, toolCallId to approve or decline.
-        fields = decision_kwargs(self.kind, body)
+        # The native body's fields (toolCallId, reason, resumeData, argsFingerprint; args to approve with
+        # edited arguments), plus Mastra's: runId always, toolCallId to approve or decline. Keys Mastra's
+        # server would ignore are ignored (docs/api.md#compatibility-prefixes); the engine's rules are the same.
+        decision = decision_request(self.kind, body, lenient=True)
         run_id = _required_str(body, "runId")
         if self.kind != "resume":
             _required_str(body, "toolCallId")
         # The one decision service: recorded with via="api", its continuation queued for the task
         # runner in the same transaction; this view only follows the run's chunk log.
-        outcome = decide_tool_call(
-            agent_id=agent.id, run_id=run_id, kind=self.kind, decided_by=request.user, via=Decision.Via.API, **fields
+        outcome = decide(
+            DecisionCommand(
+                agent_id=agent.id,
+                run_id=run_id,
+                requests=(decision,),
+                decider=Decider.person(request.user, via=Decision.Via.API),
+            )
         )
-        chunks = _continuation(outcome.run_id, outcome.after_seq)
+        chunks = _continuation(outcome)
         if self.generate:
             return _json_stream(_generate_result, outcome.run_id, chunks)
         return mastra_event_stream(chunks, outcome.run_id)
@@ -301,7 +314,7 @@ class StreamView(MastraView):
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803
         agent = views.agent_or_404(agentId, request.user)
         kwargs = _stream_kwargs(self.body(), until_idle=self.until_idle)
-        stream = views.start_detached(agent.stream, **kwargs, dispatch=True)
+        stream = views.start_detached(agent.stream, **kwargs, started_by=request.user, dispatch=True)
         return mastra_event_stream(mastra_chunks(stream.full_stream), stream.run_id)
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.utils.csp import CSP
+from django.utils.decorators import method_decorator
+from django.views.decorators.csp import csp_override
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -59,5 +63,11 @@ class SchemaView(PublicDocs, SpectacularAPIView):
     pass
 
 
-class SchemaPageView(PublicDocs, SpectacularSwaggerView):
-    pass
+# Swagger UI sets element styles from its script: the page allows inline styles (never inline script).
+DOCS_CSP = {**settings.SECURE_CSP, "style-src": [CSP.SELF, CSP.UNSAFE_INLINE]}
+
+
+@method_decorator(csp_override(DOCS_CSP), name="dispatch")
+class SchemaPageView(PublicDocs, SpectacularSwaggerSplitView):
+    """The split view serves its start-up script as a file (``?script``): no inline script, as the
+    Content-Security-Policy requires."""

@@ -6,6 +6,7 @@ serializers describe; they do not validate. Responses are the models' ``to_dict(
 
 from __future__ import annotations
 
+from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
 from agentrun.core.errors import HTTP_STATUS
@@ -58,23 +59,18 @@ def list_of(item: type[serializers.Serializer], name: str) -> type[serializers.S
     )
 
 
-# --- starting runs -------------------------------------------------------------------------------
-class MemorySerializer(serializers.Serializer):
-    thread = serializers.CharField(max_length=255)
-    resource = serializers.CharField(max_length=255, required=False)
+# --- runs ----------------------------------------------------------------------------------------
+class ApprovalGivenSerializer(serializers.Serializer):
+    decidedBy = serializers.CharField(allow_null=True)
+    decidedAt = serializers.DateTimeField()
 
 
-class StreamRequestSerializer(serializers.Serializer):
-    messages = ANY(help_text="A string, a list of strings, or a list of {role: user|system|assistant, content}.")
-    memory = MemorySerializer(required=False)
-    untilIdle = ANY(required=False, help_text="A boolean, or {maxIdleMs: number}.")
-    requireToolApproval = serializers.BooleanField(required=False)
-    maxSteps = serializers.IntegerField(required=False, min_value=1, max_value=1000)
-    metadata = serializers.DictField(
-        child=serializers.CharField(max_length=512), required=False, help_text="At most 16 string pairs."
-    )
+class ApprovalsSerializer(serializers.Serializer):
+    required = serializers.IntegerField(min_value=1)
+    given = ApprovalGivenSerializer(many=True)
 
 
+# Request bodies are declared once, in agentrun/api/bodies.py (pydantic: they parse and document).
 class UsageSerializer(serializers.Serializer):
     promptTokens = serializers.IntegerField()
     completionTokens = serializers.IntegerField()
@@ -92,9 +88,25 @@ class AgentRunToolCallSerializer(serializers.Serializer):
     argsFingerprint = serializers.CharField(
         help_text="sha256 (hex) of the canonical JSON of args; send it with a decision to bind it to these args."
     )
+    approvals = ApprovalsSerializer(
+        help_text="How many distinct people must approve the arguments shown, and who did so far."
+    )
     innerAgentId = serializers.CharField(required=False)
     innerRunId = serializers.CharField(required=False)
     innerToolCallId = serializers.CharField(required=False)
+    subAgent = inline_serializer(
+        "SurfacedCall",
+        {
+            "agentId": serializers.CharField(),
+            "runId": serializers.CharField(),
+            "toolCallId": serializers.CharField(),
+            "toolName": serializers.CharField(),
+            "args": ANY(allow_null=True),
+        },
+        required=False,
+        help_text="A call surfaced from a sub-agent: the inner call the reviewer sees (argsFingerprint is of its "
+        "args).",
+    )
 
 
 class GenerateResponseSerializer(serializers.Serializer):
@@ -116,6 +128,7 @@ class AgentRunSerializer(serializers.Serializer):
     resourceId = serializers.CharField(allow_null=True)
     createdAt = serializers.DateTimeField()
     suspendedAt = serializers.DateTimeField()
+    startedBy = serializers.CharField(allow_null=True, help_text="Who started the run (null: from Python).")
     toolCalls = AgentRunToolCallSerializer(many=True)
 
 
@@ -124,55 +137,22 @@ class SuspendedRunsSerializer(serializers.Serializer):
     total = serializers.IntegerField(min_value=0)
 
 
-def args_fingerprint_field() -> serializers.CharField:
-    return serializers.CharField(
-        required=False, help_text="The fingerprint of the arguments you saw: 409 ARGS_CHANGED if they changed."
-    )
-
-
 # --- decisions -----------------------------------------------------------------------------------
-class ApproveRequestSerializer(serializers.Serializer):
-    toolCallId = serializers.CharField(required=False, help_text="Required when the run has several open calls.")
-    args = serializers.DictField(required=False, help_text="The full edited arguments.")
-    reason = serializers.CharField(required=False)
-    argsFingerprint = args_fingerprint_field()
-
-
-class DeclineRequestSerializer(serializers.Serializer):
-    toolCallId = serializers.CharField(required=False, help_text="Required when the run has several open calls.")
-    reason = serializers.CharField(required=False, help_text="What the model sees instead of the tool result.")
-    argsFingerprint = args_fingerprint_field()
-
-
-class ResumeRequestSerializer(serializers.Serializer):
-    resumeData = ANY(help_text="Validated against the tool's resumeSchema.")
-    toolCallId = serializers.CharField(required=False, help_text="Required when the run has several open calls.")
-    argsFingerprint = args_fingerprint_field()
-
-
 class DecisionAcceptedSerializer(serializers.Serializer):
     runId = serializers.CharField()
     toolCallId = serializers.CharField()
     decision = serializers.ChoiceField(choices=["approve", "decline", "resume"])
     status = serializers.ChoiceField(choices=Run.Status.choices)
-
-
-class BatchDecisionItemSerializer(serializers.Serializer):
-    toolCallId = serializers.CharField()
-    decision = serializers.ChoiceField(choices=["approve", "decline", "resume"])
-    args = serializers.DictField(required=False, help_text="approve: the full edited arguments.")
-    reason = serializers.CharField(required=False)
-    resumeData = ANY(required=False, help_text="resume: validated against the tool's resumeSchema.")
-    argsFingerprint = args_fingerprint_field()
-
-
-class BatchDecisionRequestSerializer(serializers.Serializer):
-    decisions = BatchDecisionItemSerializer(many=True)
+    approvals = ApprovalsSerializer(
+        required=False,
+        help_text='A call that needs several approvals: status stays "suspended" until the last one.',
+    )
 
 
 class BatchDecisionResultSerializer(serializers.Serializer):
     toolCallId = serializers.CharField()
     decision = serializers.ChoiceField(choices=["approve", "decline", "resume"])
+    approvals = ApprovalsSerializer(required=False)
 
 
 class BatchDecisionAcceptedSerializer(serializers.Serializer):
@@ -201,6 +181,22 @@ class DecisionSerializer(serializers.Serializer):
         help_text='Automatic decisions only (via policy): what decided, {"policy": "grant", "grantId", …} or '
         '{"policy": "timeout", "onTimeout", …}.',
     )
+    argsFingerprint = serializers.CharField(
+        allow_null=True, help_text="The fingerprint of the arguments the decision was made on (what was shown)."
+    )
+    subAgent = inline_serializer(
+        "DecidedSurfacedCall",
+        {
+            "agentId": serializers.CharField(),
+            "runId": serializers.CharField(),
+            "toolCallId": serializers.CharField(),
+            "toolName": serializers.CharField(),
+            "args": ANY(allow_null=True),
+            "editedArgs": ANY(allow_null=True),
+        },
+        required=False,
+        help_text="A call surfaced from a sub-agent: the inner call the reviewer saw, and its edit.",
+    )
 
 
 # --- runs, steps, messages -----------------------------------------------------------------------
@@ -228,6 +224,7 @@ class RunSerializer(serializers.Serializer):
     lastError = LastErrorSerializer(allow_null=True)
     usage = UsageSerializer(allow_null=True)
     metadata = serializers.DictField(child=serializers.CharField())
+    startedBy = serializers.CharField(allow_null=True, help_text="Who started the run (null: from Python).")
 
 
 class StepSerializer(serializers.Serializer):

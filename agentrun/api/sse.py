@@ -10,8 +10,9 @@ from contextlib import aclosing
 
 from django.http import StreamingHttpResponse
 
+from agentrun.core import outages
 from agentrun.core.errors import AgentRunError
-from agentrun.core.fanout import SubscriberReset, release_connection
+from agentrun.core.fanout import SubscriberInterrupted, SubscriberReset, release_connection
 
 logger = logging.getLogger("agentrun.api")
 
@@ -23,10 +24,21 @@ def chunk_event(chunk: dict) -> bytes:
 
 
 async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
+    sent = None
     async with aclosing(chunks) as source:
         try:
             async for chunk in source:
                 yield chunk_event(chunk)
+                sent = chunk["seq"]
+        except (SubscriberInterrupted, *outages.INFRASTRUCTURE_ERRORS) as exc:
+            # The database or the channel layer stayed away: an error event, then the stream ends
+            # without `done`, so an EventSource reconnects by itself (after `retry:` ms) with its
+            # Last-Event-ID; other clients read resumeAfter (docs/api.md#server-sent-events).
+            resume = exc.resume_after if isinstance(exc, SubscriberInterrupted) else sent
+            error = outages.unavailable(exc, **({"resumeAfter": resume} if resume is not None else {})).to_dict()
+            retry = outages.RETRY_AFTER_SECONDS * 1000
+            yield f"retry: {retry}\nevent: error\ndata: {json.dumps(error)}\n\n".encode()
+            return
         except SubscriberReset as reset:
             # A takeover replaced chunks this stream sent live (never logged). The event's id makes an
             # EventSource reconnect with Last-Event-ID = that seq; other clients read resumeAfter.

@@ -22,8 +22,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from agentrun.api import bodies
 from agentrun.api import serializers as s
-from agentrun.api.bodies import batch_requests, decision_kwargs, stream_kwargs
+from agentrun.api.bodies import batch_requests, decision_request, stream_kwargs
 from agentrun.api.http import ApiView, EventStreamRenderer, choice_param, int_param, wants_event_stream
 from agentrun.api.idempotency import decide_via_api, fingerprint
 from agentrun.api.pagination import cursor_page, list_envelope
@@ -110,13 +111,13 @@ class AgentStreamView(ApiView):
     @extend_schema(
         operation_id="agents_stream",
         tags=["agents"],
-        request={JSON: s.StreamRequestSerializer},
+        request={JSON: bodies.StreamBody},
         responses={(200, "text/event-stream"): SSE_RESPONSE, **errors(*WRITE_ERRORS)},
     )
     def post(self, request: Request, agentId: str) -> Any:  # noqa: N803 - the contract's path parameter
         agent = agent_or_404(agentId, request.user)
         kwargs = stream_kwargs(self.body())
-        stream = start_detached(agent.stream, **kwargs, dispatch=True)
+        stream = start_detached(agent.stream, **kwargs, started_by=request.user, dispatch=True)
         return event_stream_response(stream.full_stream)
 
 
@@ -126,12 +127,12 @@ class AgentGenerateView(ApiView):
     @extend_schema(
         operation_id="agents_generate",
         tags=["agents"],
-        request={JSON: s.StreamRequestSerializer},
+        request={JSON: bodies.StreamBody},
         responses={200: s.GenerateResponseSerializer, **errors(*WRITE_ERRORS)},
     )
     def post(self, request: Request, agentId: str) -> Response:  # noqa: N803
         agent = agent_or_404(agentId, request.user)
-        kwargs = stream_kwargs(self.body())
+        kwargs = stream_kwargs(self.body()) | {"started_by": request.user}
         return Response(async_to_sync(_generate)(agent, kwargs))
 
 
@@ -211,7 +212,7 @@ class DecisionView(ApiView):
     required_permissions = {"POST": access.DECIDE_PERMISSION}
 
     def requests(self, body: Any) -> list[DecisionRequest]:
-        return [DecisionRequest(kind=self.kind, **decision_kwargs(self.kind, body))]
+        return [decision_request(self.kind, body)]
 
     def decide(self, request: Request, agent_id: str, run_id: str, *, batch: bool = False) -> Any:
         agent = agent_or_404(agent_id, request.user)
@@ -227,10 +228,24 @@ class DecisionView(ApiView):
         )
         if wants_event_stream(request):
             # The continuation runs server-side (queued with the decision); follow it in the chunk log.
-            return event_stream_response(
-                subscribe(answer.run_id, answer.stream_after, until="rest", after_a_finish=True)
-            )
+            # An approval that does not complete its call's quorum queued none: the stream ends at once.
+            chunks = subscribe(answer.run_id, answer.stream_after, until="rest", after_a_finish=True)
+            return event_stream_response(chunks if _continues(answer.body) else _nothing())
         return Response(answer.body, status=answer.status)
+
+
+def _continues(body: dict) -> bool:
+    """Whether a 202 body's decisions queued a continuation: a decision completed its call (an approval
+    that does not complete a quorum shows fewer ``approvals.given`` than ``required``)."""
+    items = body.get("decisions") or [body]
+    return any(
+        "approvals" not in item or len(item["approvals"]["given"]) >= item["approvals"]["required"] for item in items
+    )
+
+
+async def _nothing() -> AsyncIterator[dict]:
+    return
+    yield
 
 
 def start_detached(start: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
@@ -276,7 +291,7 @@ def _decision_schema(kind: str, request: type) -> Any:
 class ApproveView(DecisionView):
     kind = "approve"
 
-    @_decision_schema("approve", s.ApproveRequestSerializer)
+    @_decision_schema("approve", bodies.ApproveBody)
     def post(self, request: Request, agentId: str, runId: str) -> Any:  # noqa: N803
         return self.decide(request, agentId, runId)
 
@@ -284,7 +299,7 @@ class ApproveView(DecisionView):
 class DeclineView(DecisionView):
     kind = "decline"
 
-    @_decision_schema("decline", s.DeclineRequestSerializer)
+    @_decision_schema("decline", bodies.DeclineBody)
     def post(self, request: Request, agentId: str, runId: str) -> Any:  # noqa: N803
         return self.decide(request, agentId, runId)
 
@@ -292,7 +307,7 @@ class DeclineView(DecisionView):
 class ResumeView(DecisionView):
     kind = "resume"
 
-    @_decision_schema("resume", s.ResumeRequestSerializer)
+    @_decision_schema("resume", bodies.ResumeBody)
     def post(self, request: Request, agentId: str, runId: str) -> Any:  # noqa: N803
         return self.decide(request, agentId, runId)
 
@@ -306,7 +321,7 @@ class BatchDecisionView(DecisionView):
     @extend_schema(
         operation_id="runs_decisions",
         tags=["decisions"],
-        request={JSON: s.BatchDecisionRequestSerializer},
+        request={JSON: bodies.BatchBody},
         parameters=[IDEMPOTENCY_KEY],
         responses={
             (202, JSON): s.BatchDecisionAcceptedSerializer,

@@ -28,9 +28,10 @@ How each surface answers (the same rule everywhere, so nothing tells a hidden ag
   it reveals nothing either.
 - **Dashboard decide POST**: 403 for anyone who may not decide that call (a viewer, or a reviewer outside
   the agent's groups), as docs/dashboard.md#who-may says of a forged decision.
-- **Python API**: ``decide(..., decided_by=<User>)`` (and ``Agent.approve_tool_call`` & co.) raises
-  ``AgentRunError("PERMISSION_DENIED")`` when that user may not decide the agent's calls.
-  ``decided_by=None`` or a string is trusted server code and is not checked.
+- **Python API**: ``Agent.approve_tool_call(..., decided_by=Decider.person(user, via=…))`` (and every
+  door's ``DecisionCommand``) raises ``AgentRunError("PERMISSION_DENIED")`` when that person may not
+  decide the agent's calls. ``Decider.system(…)`` (the default in Python) is trusted server code: said
+  so explicitly, never inferred from a type (``agentrun.engine.types.Decider``).
 - **Sub-agents**: a supervisor's outer call that surfaces an inner call of a sub-agent can be decided
   only by someone who may decide both agents (deciding it runs the sub-agent's tool).
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from axes.backends import AxesStandaloneBackend
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
@@ -74,9 +76,21 @@ def ensure_groups(**_: Any) -> None:
     from django.contrib.auth.models import Group, Permission
 
     for name, codenames in ((VIEWERS, _VIEW_CODENAMES), (REVIEWERS, _REVIEW_CODENAMES)):
-        group, _ = Group.objects.get_or_create(name=name)
+        group, _created = Group.objects.get_or_create(name=name)
         perms = Permission.objects.filter(content_type__app_label="agentrun", codename__in=codenames)
         group.permissions.add(*perms)
+
+
+class LoginLockoutBackend(AxesStandaloneBackend):
+    """django-axes' backend (first in ``AUTHENTICATION_BACKENDS``): a locked-out account or address is
+    refused before any password is checked (docs/security.md, "Throttling"). Every sign-in over HTTP
+    passes its request; a call without one (server code, the test client's ``login``) has no address
+    to count and is left to the next backend."""
+
+    def authenticate(self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any):  # noqa: ANN201
+        if request is None:
+            return None
+        return super().authenticate(request, username, password, **kwargs)
 
 
 class PermissionBackend(ModelBackend):
@@ -183,6 +197,16 @@ def only_visible(queryset: QuerySet, user: Any, field: str = "agent_id") -> Quer
     return queryset.exclude(**{f"{field}__in": hidden}) if hidden else queryset
 
 
-def is_person(decided_by: Any) -> bool:
-    """A ``decided_by`` that is a user object (checked), not ``None`` or a name (trusted server code)."""
-    return decided_by is not None and not isinstance(decided_by, str) and hasattr(decided_by, "has_perm")
+def revoke_grants_of_deactivated(sender: Any, instance: Any, **_: Any) -> None:
+    """A deactivated person grants nothing any more: their live standing grants are revoked. (Every
+    grant is also re-checked when it matches a call: a creator who left the reviewers, or was
+    deactivated by a bulk update that sends no signal, approves nothing either.)"""
+    if instance.is_active:
+        return
+    from django.utils import timezone
+
+    from agentrun.core.models import StandingGrant
+
+    StandingGrant.objects.filter(created_by=instance, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), revoked_by_username=f"{instance.get_username()} (deactivated)"
+    )

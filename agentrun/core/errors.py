@@ -23,7 +23,10 @@ HTTP_STATUS: dict[str, int] = {
     "TOOL_CALL_ALREADY_DECIDED": 409,
     "RUN_NOT_SUSPENDED": 409,
     "ARGS_CHANGED": 409,
+    "ALREADY_APPROVED": 409,
+    "FINGERPRINT_REQUIRED": 428,
     "PAYLOAD_TOO_LARGE": 413,
+    "SERVICE_UNAVAILABLE": 503,  # the database or the channel layer is unreachable (core/outages.py)
 }
 
 

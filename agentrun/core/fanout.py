@@ -6,6 +6,13 @@ Readers: ``subscribe(run_id, after)`` joins the group first, then replays the lo
 yields live chunks. A live chunk ahead of what the log holds (it was produced before we joined but is
 not flushed yet) makes it re-read the log until the gap is filled: no gap, no duplicate.
 
+The log is the truth; a chunk given live is only the driver's word until the log shows it. A driver
+that dies leaves chunks it published but never logged, and its taker writes other chunks under those
+seqs (README "Production"). A resyncing reader (``resync=True``: ``ws/runs``, SSE) checks every chunk
+it gave live against the log as soon as the log holds that seq, and whatever the order in which the
+taker's chunks reach it (live, from the log, or not at all); a reader resuming ``after`` a seq checks
+that no takeover replaced what its client may hold up to there. Either way: ``SubscriberReset``.
+
 Reviewers' feed: ``notify_approvals`` tells the ``approvals`` group when calls open or are decided.
 """
 
@@ -16,6 +23,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +32,8 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection
 from django.utils import timezone
 
+from agentrun.core import outages
+from agentrun.core.chunks import FeedEvent
 from agentrun.core.models import Run, RunChunk
 
 logger = logging.getLogger("agentrun.core.fanout")
@@ -42,6 +52,15 @@ class SubscriberBehind(Exception):  # noqa: N818 - a state, not an error of ours
         self.resume_after = resume_after
 
 
+class SubscriberInterrupted(Exception):  # noqa: N818 - a state, not an error of ours
+    """The database stayed unreachable longer than ``OUTAGE_PATIENCE_SECONDS``: the subscriber cannot go
+    on. It should reconnect after ``resume_after``, the last seq it was given, once the database is back."""
+
+    def __init__(self, resume_after: int) -> None:
+        super().__init__(f"resume after={resume_after}")
+        self.resume_after = resume_after
+
+
 class SubscriberReset(Exception):  # noqa: N818 - a state, not an error of ours
     """A process took the run over after its predecessor died: the chunks this subscriber was given
     after ``resume_after`` were published live but never logged, and the log now holds other chunks
@@ -52,9 +71,21 @@ class SubscriberReset(Exception):  # noqa: N818 - a state, not an error of ours
         self.resume_after = resume_after
 
 
-# How many recently given chunks a resyncing subscriber keeps to compare (more than a driver ever
-# publishes between two log writes: ChunkLog.BATCH).
+# How long a subscriber keeps trying to read the log while the database does not answer (a restart
+# takes about a second) before it gives up with SubscriberInterrupted.
+OUTAGE_PATIENCE_SECONDS = 5.0
+# A resyncing subscriber re-reads the log once this many chunks it gave live wait to be confirmed.
 RECENT_CHUNKS = 1024
+# The code of the finish a taker writes for its dead predecessor's segment (engine.loop.TAKEOVER_FINISH).
+TAKEOVER_CODE = "driver_lost"
+# At most how many chunks a driver publishes that its log does not hold yet: those of one model call
+# up to ChunkLog.BATCH (the log is written when full), and a few more. A client resuming after a seq
+# this close to a takeover may hold the dead driver's version of the seqs between them.
+TAKEOVER_WINDOW = 2 * 200
+
+
+def _is_takeover(chunk: dict) -> bool:
+    return chunk["type"] == "finish" and ((chunk["payload"] or {}).get("error") or {}).get("code") == TAKEOVER_CODE
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -88,8 +119,12 @@ class RunPublisher:
             batch, self.pending = self.pending, []
             try:
                 await self.layer.group_send(run_group(self.run_id), {"type": "run.chunks", "chunks": batch})
+            except outages.CHANNEL_LAYER_ERRORS as exc:  # subscribers follow the log meanwhile
+                outages.channel_layer.failed(exc)
             except Exception:  # a subscriber recovers from the log; the run must not fail for this
                 logger.warning("could not publish %d chunks of %s", len(batch), self.run_id, exc_info=True)
+            else:
+                outages.channel_layer.reached()
 
     async def aclose(self) -> None:
         while self.task is not None and not self.task.done():
@@ -107,11 +142,36 @@ def release_connection() -> None:
         connection.close()
 
 
+def _drop_broken_connection() -> None:
+    """After a database error: a connection it broke is closed, so the next read opens a fresh one."""
+    connection.close_if_unusable_or_obsolete()
+
+
 def _load_chunks(run_id: str, after: int) -> list[dict]:
     try:
         return [c.to_chunk() for c in RunChunk.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")]
     finally:
         release_connection()
+
+
+def _resume_state(run_id: str, after: int) -> tuple[int | None, int]:
+    """For a client resuming after ``after``: (the first takeover finish in the window below it, the
+    last seq the log holds). One row each, on the log's (run, seq) key."""
+    try:
+        chunks = RunChunk.objects.filter(run_id=run_id)
+        near = chunks.filter(seq__gt=after - TAKEOVER_WINDOW, seq__lte=after, type="finish").order_by("seq")
+        takeover = next(
+            (
+                seq
+                for seq, payload in near.values_list("seq", "payload")
+                if _is_takeover({"type": "finish", "payload": payload})
+            ),
+            None,
+        )
+        end = chunks.order_by("-seq").values_list("seq", flat=True).first() or 0
+    finally:
+        release_connection()
+    return takeover, end
 
 
 def _run_state(run_id: str) -> tuple[str | None, bool]:
@@ -146,46 +206,82 @@ async def subscribe(
     not before a ``finish`` went by (a segment queued for a worker has not started yet).
     ``max_lag``: raise ``SubscriberBehind`` when the run has published more than that many chunks
     the consumer has not taken yet (it reads slower than the run produces).
-    ``resync``: raise ``SubscriberReset`` when a takeover re-uses seqs this subscriber was given
-    (chunks of a dead driver that never reached the log); without it those seqs are skipped as seen.
+    ``resync``: raise ``SubscriberReset`` when the log holds other chunks than this subscriber gave
+    (chunks of a dead driver that never reached the log, re-used by its taker), or when its client,
+    resuming ``after``, may hold such chunks; without it those seqs are skipped as seen.
     """
     layer = get_channel_layer()
     group = run_group(run_id)
     live: asyncio.Queue = asyncio.Queue()
+    channel: str | None = None  # set once it is in the run's group
     try:
-        channel = await layer.new_channel()
-        await layer.group_add(group, channel)
-    except Exception:  # the layer is down (Redis away): the log alone still carries every chunk
+        joining = await layer.new_channel()
+        await layer.group_add(group, joining)
+        channel = joining
+    except outages.CHANNEL_LAYER_ERRORS as exc:  # Redis away: the log alone still carries every chunk
+        outages.channel_layer.failed(exc)
+    except Exception:
         logger.warning("channel layer unavailable; %s is followed from the log", run_id, exc_info=True)
-        channel = None
-    poll = 1.0 if channel else LOG_POLL_SECONDS
+    else:
+        outages.channel_layer.reached()
+
+    newest = after  # the highest seq published since we joined
 
     async def pump() -> None:
         nonlocal newest
-        while channel:
-            message = await layer.receive(channel)
-            for chunk in message.get("chunks", []):
-                live.put_nowait(chunk)
-                newest = max(newest, chunk["seq"])
+        try:
+            while True:
+                message = await layer.receive(channel)
+                for chunk in message.get("chunks", []):
+                    live.put_nowait(chunk)
+                    newest = max(newest, chunk["seq"])
+        except outages.CHANNEL_LAYER_ERRORS as exc:  # no more live chunks: the log carries them
+            outages.channel_layer.failed(exc)
+        except Exception:
+            logger.warning("live chunks of %s stopped; it is followed from the log", run_id, exc_info=True)
+
+    def poll_seconds() -> float:
+        # Live chunks end each wait at once; without them (the layer is down), the log is read often.
+        live_ok = receiver is not None and not receiver.done() and not outages.channel_layer.down
+        return 1.0 if live_ok else LOG_POLL_SECONDS
+
+    async def from_db(read: Any, *args: Any) -> Any:
+        """``read(*args)`` in a thread; while the database does not answer, tried again for
+        OUTAGE_PATIENCE_SECONDS (0.25 s doubling to 2 s), then SubscriberInterrupted."""
+        give_up = time.monotonic() + OUTAGE_PATIENCE_SECONDS
+        delay = 0.25
+        while True:
+            try:
+                result = await sync_to_async(read)(*args)
+            except outages.DATABASE_ERRORS as exc:
+                outages.database.failed(exc)
+                await sync_to_async(_drop_broken_connection)()
+                if time.monotonic() + delay > give_up:
+                    raise SubscriberInterrupted(given) from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            else:
+                outages.database.reached()
+                return result
 
     last = after  # the highest seq taken (from the log or live), in order
     given = after  # the highest seq handed to our consumer (a batch read from the log is taken at once)
-    newest = after  # the highest seq published since we joined
     finished = False
-    receiver = asyncio.get_running_loop().create_task(pump())
+    receiver = asyncio.get_running_loop().create_task(pump()) if channel else None
 
-    recent: dict[int, dict] = {}  # resync: the chunks given lately, by seq
+    unconfirmed: dict[int, dict] = {}  # resync: chunks given live that the log has not shown yet, by seq
+    # resync: (lo, hi]: seqs the client says it holds (it resumed after hi) that the log did not hold yet
+    claimed: tuple[int, int] | None = None
 
-    def give(chunk: dict) -> dict:
+    def give(chunk: dict, unlogged: bool = False) -> dict:
         # Chunks the run produced that our consumer has not taken yet (duplicates of the replay do
         # not count): past max_lag it is too far behind to be kept up to date live.
         nonlocal given
         if max_lag is not None and newest - given > max_lag:
             raise SubscriberBehind(given)
         given = chunk["seq"]
-        if resync:
-            recent[given] = chunk
-            recent.pop(given - RECENT_CHUNKS, None)
+        if resync and unlogged:  # live: the driver's word until the log shows the same chunk
+            unconfirmed[given] = chunk
         return chunk
 
     def accept(chunk: dict) -> bool:
@@ -197,15 +293,43 @@ async def subscribe(
         finished = finished or chunk["type"] == "finish"
         return True
 
+    def confirm(logged: dict) -> None:
+        """The log's chunk under a seq this subscriber already gave (or its client claims to hold)."""
+        nonlocal claimed
+        seq = logged["seq"]
+        shown = unconfirmed.pop(seq, None)
+        if shown is not None and not _same(shown, logged):
+            raise SubscriberReset(seq - 1)
+        if claimed is not None and claimed[0] < seq <= claimed[1]:
+            if _is_takeover(logged):  # the client may hold the dead driver's chunks from here on
+                raise SubscriberReset(seq - 1)
+            claimed = (seq, claimed[1]) if seq < claimed[1] else None
+
     async def from_log(below: int | None = None) -> list[dict]:
-        logged = await sync_to_async(_load_chunks)(run_id, last)
-        return [c for c in logged if (below is None or c["seq"] < below) and accept(c)]
+        start = min(last, claimed[0] if claimed else last, min(unconfirmed, default=last + 1) - 1)
+        logged = await from_db(_load_chunks, run_id, start)
+        taken = []
+        for c in logged:
+            if below is not None and c["seq"] >= below:
+                break
+            if c["seq"] <= last:
+                confirm(c)
+            elif accept(c):
+                taken.append(c)
+        return taken
 
     try:
+        if resync and after > 0:
+            # A client resuming after a seq may have been shown chunks a dead driver never logged: a
+            # takeover that already re-used them ends this at once; one yet to come, when it is logged.
+            takeover, end = await from_db(_resume_state, run_id, after)
+            if takeover is not None:
+                raise SubscriberReset(takeover - 1)
+            claimed = (end, after) if end < after else None
         while True:
             for chunk in await from_log():
                 yield give(chunk)
-            status, driving = await sync_to_async(_run_state)(run_id)
+            status, driving = await from_db(_run_state, run_id)
             if status is None:
                 return
             # A final run produces nothing more; a suspended one may still have a queued segment to run.
@@ -213,10 +337,16 @@ async def subscribe(
                 # Read the log once more: the final chunks may have landed after our last read.
                 for chunk in await from_log():
                     yield give(chunk)
+                # Nobody drives the run and its log ends before chunks this client was shown.
+                lost = [min(unconfirmed) - 1] if unconfirmed else []
+                if claimed is not None:
+                    lost.append(claimed[0])
+                if resync and lost:
+                    raise SubscriberReset(min(lost))
                 return
             # Live phase: wait for chunks; re-check the run state when nothing arrives for a while.
             try:
-                chunk = await asyncio.wait_for(live.get(), timeout=poll)
+                chunk = await asyncio.wait_for(live.get(), timeout=poll_seconds())
             except TimeoutError:
                 continue
             while True:
@@ -227,17 +357,20 @@ async def subscribe(
                         yield give(logged)
                     continue
                 if accept(chunk):
-                    yield give(chunk)
-                elif resync and chunk["seq"] <= given and not _same(recent.get(chunk["seq"], chunk), chunk):
+                    yield give(chunk, unlogged=True)
+                elif resync and chunk["seq"] in unconfirmed and not _same(unconfirmed[chunk["seq"]], chunk):
+                    # Two versions of a seq, neither logged yet as far as we know: the log decides later,
+                    # but one of them is not the log's (a dead driver's, and its taker's).
                     raise SubscriberReset(chunk["seq"] - 1)
-                if chunk["type"] == "finish":
-                    break  # re-check the state: the run may rest now
+                if chunk["type"] == "finish" or len(unconfirmed) >= RECENT_CHUNKS:
+                    break  # re-check the state (the run may rest now) and the log
                 try:
                     chunk = live.get_nowait()
                 except asyncio.QueueEmpty:
                     break
     finally:
-        receiver.cancel()
+        if receiver is not None:
+            receiver.cancel()
         if channel:
             with contextlib.suppress(Exception):  # the layer went away: nothing to clean
                 await layer.group_discard(group, channel)
@@ -249,7 +382,7 @@ def _rested(status: str, driving: bool, until: str) -> bool:
     return until == "rest" and status == "suspended" and not driving
 
 
-def notify_approvals(event: str, **fields: Any) -> None:
+def notify_approvals(event: FeedEvent, **fields: Any) -> None:
     """Tell reviewers' pages that calls opened (``suspended``) or left (``decided``). Call after commit.
 
     Never waits for the channel layer: a request thread (this runs in post-commit hooks of decisions)
@@ -266,6 +399,8 @@ def notify_approvals(event: str, **fields: Any) -> None:
         try:
             async with asyncio.timeout(NOTIFY_TIMEOUT_SECONDS):
                 await layer.group_send(APPROVALS_GROUP, message)
+        except outages.CHANNEL_LAYER_ERRORS as exc:  # reviewers' pages reconnect and re-fetch
+            outages.channel_layer.failed(exc)
         except Exception:
             logger.warning("could not notify reviewers of %s", event, exc_info=True)
 

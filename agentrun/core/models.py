@@ -94,6 +94,12 @@ class Run(models.Model):
     # Next chunk sequence number; only the lease holder writes chunks, so it is the only writer.
     next_seq = models.PositiveIntegerField(default=1)
     # Whoever drives the run (one segment at a time) holds the lease; an expired lease can be taken over.
+    # Who started the run: the request's user at a door (REST, websocket, dashboard), none from Python
+    # code. With AGENTRUN_SELF_APPROVAL=0 that person's approval does not count (docs/api.md#approvals).
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    started_by_username = models.CharField(max_length=150, null=True, blank=True)
     lease_owner = models.CharField(max_length=64, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
 
@@ -138,6 +144,7 @@ class Run(models.Model):
             "lastError": self.last_error,
             "usage": self.usage,
             "metadata": self.metadata or {},
+            "startedBy": self.started_by_username,
         }
 
 
@@ -352,6 +359,12 @@ class SuspendedToolCall(models.Model):
     decision = models.ForeignKey(
         "Decision", on_delete=models.PROTECT, null=True, blank=True, related_name="suspended_calls"
     )
+    # How many distinct people must approve the same arguments before the call runs (the tool's
+    # ``approvals_required``; a surfaced sub-agent call: its inner tool's).
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    # The arguments an approval that edited them proposed, while more approvals are needed: what the
+    # next approver sees and approves (null: the call's own, or its inner call's).
+    pending_args = models.JSONField(null=True, blank=True)
     # A sub-agent call surfaces its inner run's open call here.
     inner_agent_id = models.CharField(max_length=128, null=True, blank=True)
     inner_run_id = models.CharField(max_length=40, null=True, blank=True)
@@ -436,6 +449,18 @@ class Decision(models.Model):
     # sub-agent's call surfaced on its supervisor, the inner call's). Kept, not derived from the tool's
     # declaration: a declaration that changes later does not rewrite the audit trail.
     risk = models.CharField(max_length=8, choices=SuspendedToolCall.Risk.choices, default=SuspendedToolCall.Risk.MEDIUM)
+    # The fingerprint of the arguments the decision was made on (what the decider was shown: the inner
+    # call's for a surfaced sub-agent call, or an earlier approver's edit). Null only before 0012.
+    args_fingerprint = models.CharField(max_length=64, null=True, blank=True)
+    # False: an approval towards a quorum (``approvals_required`` > 1) that did not complete it; the
+    # call still waited after it. The decision that decided the call has ``completes`` true.
+    completes = models.BooleanField(default=True, db_default=True)
+    # A call surfaced from a sub-agent: the inner call the reviewer saw (``edited_args`` is its edit).
+    inner_agent_id = models.CharField(max_length=128, null=True, blank=True)
+    inner_run_id = models.CharField(max_length=40, null=True, blank=True)
+    inner_tool_call_id = models.CharField(max_length=128, null=True, blank=True)
+    inner_tool_name = models.CharField(max_length=128, null=True, blank=True)
+    inner_args = models.JSONField(null=True, blank=True)
     # Since when the decided call waited (its suspension began): ``decided_at - waiting_since`` is the time
     # to decision the metrics count (docs/operations.md). Null when nothing waited (a standing grant's
     # approval) and on decisions recorded before it was kept.
@@ -445,8 +470,19 @@ class Decision(models.Model):
         ordering = ["-decided_at", "-id"]
         permissions = [("decide_toolcall", "Can approve, decline and resume suspended tool calls")]
         constraints = [
-            # Exactly once: the database itself refuses a second decision on the same suspension.
-            models.UniqueConstraint(fields=["run", "tool_call_id", "suspension"], name="one_decision_per_suspension"),
+            # Exactly once: the database itself refuses a second decision on the same suspension (the
+            # approvals towards a quorum that did not complete it aside)…
+            models.UniqueConstraint(
+                fields=["run", "tool_call_id", "suspension"],
+                condition=Q(completes=True),
+                name="one_decision_per_suspension",
+            ),
+            # … and a person's second approval of the same arguments.
+            models.UniqueConstraint(
+                fields=["run", "tool_call_id", "suspension", "args_fingerprint", "decided_by_username"],
+                condition=Q(kind="approve"),
+                name="one_approval_per_person",
+            ),
         ]
         indexes = [
             models.Index(fields=["agent_id", "decided_at"], name="decision_agent_time"),
@@ -458,8 +494,10 @@ class Decision(models.Model):
         return f"{self.kind} {self.tool_call_id}"
 
     def to_dict(self) -> dict:
-        """The decision object (docs/api.md#the-audit-trail); an automatic decision adds ``details`` (what decided)."""
-        data = {
+        """The decision object (docs/api.md#the-audit-trail); an automatic decision adds ``details`` (what
+        decided); a decision on a call surfaced from a sub-agent adds ``subAgent``, the inner call the
+        reviewer saw and its edit."""
+        data: dict[str, Any] = {
             "id": self.id,
             "runId": self.run_id,
             "agentId": self.agent_id,
@@ -468,16 +506,49 @@ class Decision(models.Model):
             "toolName": self.tool_name,
             "kind": self.kind,
             "args": self.args,
-            "editedArgs": self.edited_args,
+            "editedArgs": None if self.inner_run_id else self.edited_args,
             "resumeData": self.resume_data,
             "reason": self.reason,
             "decidedBy": self.decided_by_username,
             "via": self.via,
             "decidedAt": iso(self.decided_at),
+            "argsFingerprint": self.args_fingerprint,
         }
         if self.details is not None:
             data["details"] = self.details
+        if self.inner_run_id:
+            data["subAgent"] = self.sub_agent()
         return data
+
+    def sub_agent(self) -> dict[str, Any] | None:
+        """The inner call a surfaced sub-agent decision was made on, and its edit (None: a direct call)."""
+        if not self.inner_run_id:
+            return None
+        return {
+            "agentId": self.inner_agent_id,
+            "runId": self.inner_run_id,
+            "toolCallId": self.inner_tool_call_id,
+            "toolName": self.inner_tool_name,
+            "args": self.inner_args,
+            "editedArgs": self.edited_args,
+        }
+
+    @property
+    def approved_fingerprint(self) -> str | None:
+        """The fingerprint of the arguments an approval approved: its edit's, else those it was shown."""
+        if self.edited_args is not None:
+            return args_fingerprint(self.edited_args)
+        return self.args_fingerprint
+
+    @property
+    def seen_title(self) -> str:
+        """The call the reviewer saw: ``refund``, or ``billing-agent → refund`` for a sub-agent's call."""
+        return f"{self.inner_agent_id} → {self.inner_tool_name}" if self.inner_run_id else self.tool_name
+
+    @property
+    def seen_args(self) -> Any:
+        """The arguments the reviewer saw (before their edit)."""
+        return self.inner_args if self.inner_run_id else self.args
 
     @property
     def automatic(self) -> bool:
@@ -818,3 +889,36 @@ class RetentionCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.position_at} {self.position_id}"
+
+
+class AuditReceipt(models.Model):
+    """A decision's receipt (``agentrun.core.receipts``): its Ed25519 signature over the decision's record
+    and the hash of the receipt before it. Append-only, like the decisions (a trigger refuses UPDATE and
+    DELETE). No foreign key: a receipt outlives whatever is done to its decision, and says so."""
+
+    seq = models.BigIntegerField(primary_key=True)  # its place in the chain, from 1
+    decision_id = models.CharField(max_length=40, unique=True)
+    key_id = models.CharField(max_length=16)
+    prev_hash = models.CharField(max_length=64)
+    signature = models.CharField(max_length=100)
+    hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"receipt {self.seq} of {self.decision_id}"
+
+
+class AuditChainHead(models.Model):
+    """The chain's last receipt (one row): locked by each new receipt until its decision commits, so
+    receipts chain in commit order; and what ``agentrun_audit verify`` compares the chain's end with."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    seq = models.BigIntegerField(default=0)
+    hash = models.CharField(max_length=64, default="0" * 64)
+    decision_id = models.CharField(max_length=40, null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"audit chain at receipt {self.seq}"

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from agentrun.core import metrics
+from agentrun.core import metrics, outages
 from agentrun.core.models import OutboxEvent
 
 logger = logging.getLogger("agentrun.core.outbox")
@@ -32,6 +32,7 @@ RUN_FAILED = "run.failed"
 RUN_CANCELLED = "run.cancelled"
 TIMEOUT_WARNING = "approval.timeout_warning"
 ESCALATED = "approval.escalated"
+APPROVAL_GIVEN = "approval.given"  # one person's approval of a call that needs several (docs/api.md#approvals)
 
 # The event types of docs/notifications.md#1-events; ``approval.escalated`` last (a timeout policy
 # handed a call to another group).
@@ -44,6 +45,7 @@ EVENT_TYPES = (
     RUN_CANCELLED,
     TIMEOUT_WARNING,
     ESCALATED,
+    APPROVAL_GIVEN,
 )
 
 # The events of a run reaching a final status, and that status.
@@ -88,5 +90,7 @@ def sweep() -> None:
     for listener in _listeners:
         try:
             listener.sweep()
+        except outages.INFRASTRUCTURE_ERRORS as exc:  # the next sweep goes on once the service answers
+            outages.failed(exc)
         except Exception:
             logger.exception("listener %r failed to sweep", listener)

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Generator
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -36,25 +36,21 @@ class SuspendedRunToolCall:
     inner_agent_id: str | None = None
     inner_run_id: str | None = None
     inner_tool_call_id: str | None = None
+    approvals_required: int = 1
+    suspension: int = 0
+    # A call surfaced from a sub-agent: the inner call the reviewer sees ({agentId, runId, toolCallId,
+    # toolName, args}); and the approvals given towards a quorum ({decidedBy, decidedAt}).
+    sub_agent: dict | None = None
+    approvals_given: list[dict] = field(default_factory=list)
 
-    @classmethod
-    def from_row(cls, call: SuspendedToolCall) -> SuspendedRunToolCall:
-        return cls(
-            tool_call_id=call.tool_call_id,
-            tool_name=call.tool_name,
-            args=call.args,
-            requires_approval=call.requires_approval,
-            suspend_payload=call.suspend_payload,
-            resume_schema=call.resume_schema,
-            risk=call.risk,
-            inner_agent_id=call.inner_agent_id,
-            inner_run_id=call.inner_run_id,
-            inner_tool_call_id=call.inner_tool_call_id,
-        )
+    @property
+    def shown_args(self) -> Any:
+        """What a person deciding the call sees and approves (the inner call's, for a sub-agent's)."""
+        return self.sub_agent["args"] if self.sub_agent is not None else self.args
 
     @property
     def args_fingerprint(self) -> str:
-        return args_fingerprint(self.args)
+        return args_fingerprint(self.shown_args)
 
     def to_dict(self) -> dict:
         data = {
@@ -66,14 +62,92 @@ class SuspendedRunToolCall:
             "resumeSchema": self.resume_schema,
             "risk": self.risk,
             "argsFingerprint": self.args_fingerprint,
+            "approvals": {"required": self.approvals_required, "given": self.approvals_given},
         }
         if self.inner_run_id:
             data |= {
                 "innerAgentId": self.inner_agent_id,
                 "innerRunId": self.inner_run_id,
                 "innerToolCallId": self.inner_tool_call_id,
+                "subAgent": self.sub_agent,
             }
         return data
+
+
+def describe_open_calls(calls: QuerySet[SuspendedToolCall]) -> dict[str, list[SuspendedRunToolCall]]:
+    """The open calls of ``calls`` as the listing shows them, by run id, in order: one query, plus one
+    for the sub-agents' calls they surface and one for quorum approvals, each only when there are any.
+
+    What a call shows (docs/api.md#the-listing): an edit an approver proposed while more approvals are
+    needed (``pending_args``), else for a surfaced sub-agent call its inner call's arguments, else its
+    own; ``argsFingerprint`` is of that.
+    """
+    rows = list(calls.filter(status=SuspendedToolCall.Status.OPEN).values_list(*_CALL_COLUMNS))
+    inner: dict[tuple[str, str], tuple[str, Any]] = {}
+    surfaced = [(r[9], r[10]) for r in rows if r[9]]
+    if surfaced:
+        keys = Q()
+        for run_id, tool_call_id in surfaced:
+            keys |= Q(run_id=run_id, tool_call_id=tool_call_id)
+        for run_id, tool_call_id, tool_name, args in SuspendedToolCall.objects.filter(keys).values_list(
+            "run_id", "tool_call_id", "tool_name", "args"
+        ):
+            inner[(run_id, tool_call_id)] = (tool_name, args)
+    described: dict[str, list[SuspendedRunToolCall]] = {}
+    quorum = []
+    for run_id, tool_call_id, tool_name, args, *rest, pending, required, suspension in rows:
+        requires_approval, suspend_payload, resume_schema, risk, inner_agent_id, inner_run_id, inner_call_id = rest
+        call = SuspendedRunToolCall(
+            tool_call_id,
+            tool_name,
+            args,
+            requires_approval,
+            suspend_payload,
+            resume_schema,
+            risk,
+            inner_agent_id,
+            inner_run_id,
+            inner_call_id,
+            approvals_required=required,
+            suspension=suspension,
+        )
+        if inner_run_id:
+            inner_name, inner_args = inner.get((inner_run_id, inner_call_id), (None, None))
+            call.sub_agent = {
+                "agentId": inner_agent_id,
+                "runId": inner_run_id,
+                "toolCallId": inner_call_id,
+                "toolName": inner_name,
+                "args": pending if pending is not None else inner_args,
+            }
+        elif pending is not None:
+            call.args = pending
+        if required > 1:
+            quorum.append((run_id, call))
+        described.setdefault(run_id, []).append(call)
+    if quorum:
+        _attach_approvals(quorum)
+    return described
+
+
+def _attach_approvals(quorum: list[tuple[str, SuspendedRunToolCall]]) -> None:
+    """The approvals that count towards each call's quorum: on its suspension, of what it shows now."""
+    approvals = Decision.objects.filter(
+        run_id__in={run_id for run_id, _ in quorum},
+        tool_call_id__in={c.tool_call_id for _, c in quorum},
+        kind=Decision.Kind.APPROVE,
+        completes=False,
+    ).order_by("decided_at", "id")
+    by_call: dict[tuple[str, str, int], list[Decision]] = {}
+    for d in approvals:
+        by_call.setdefault((d.run_id, d.tool_call_id, d.suspension), []).append(d)
+    for run_id, call in quorum:
+        shown = call.args_fingerprint
+        call.approvals_given = [
+            {"decidedBy": d.decided_by_username, "decidedAt": iso(d.decided_at)}
+            for d in by_call.get((run_id, call.tool_call_id, call.suspension), [])
+            if d.approved_fingerprint == shown
+        ]
 
 
 @dataclass
@@ -84,6 +158,7 @@ class SuspendedRun:
     resource_id: str | None
     created_at: datetime
     suspended_at: datetime
+    started_by: str | None
     tool_calls: list[SuspendedRunToolCall]
     status: str = "suspended"
 
@@ -96,6 +171,7 @@ class SuspendedRun:
             "resourceId": self.resource_id,
             "createdAt": iso(self.created_at),
             "suspendedAt": iso(self.suspended_at),
+            "startedBy": self.started_by,
             "toolCalls": [c.to_dict() for c in self.tool_calls],
         }
 
@@ -195,7 +271,15 @@ def _matching(
 
 # The columns the listing reads, in the order of SuspendedRun's and SuspendedRunToolCall's fields: rows
 # come as tuples, not model instances (which cost more than the rest of the listing together).
-_SNAPSHOT_COLUMNS = ("run_id", "agent_id", "thread_id", "resource_id", "created_at", "suspended_at")
+_SNAPSHOT_COLUMNS = (
+    "run_id",
+    "agent_id",
+    "thread_id",
+    "resource_id",
+    "created_at",
+    "suspended_at",
+    "run__started_by_username",
+)
 _CALL_COLUMNS = (
     "run_id",
     "tool_call_id",
@@ -208,18 +292,31 @@ _CALL_COLUMNS = (
     "inner_agent_id",
     "inner_run_id",
     "inner_tool_call_id",
+    "pending_args",
+    "approvals_required",
+    "suspension",
 )
 
 
 def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
-    """The runs of these snapshot rows (``_SNAPSHOT_COLUMNS``) with their open calls: one query."""
-    calls_by_run: dict[str, list[SuspendedRunToolCall]] = {row[0]: [] for row in rows}
-    open_calls = SuspendedToolCall.objects.filter(
-        run_id__in=list(calls_by_run), status=SuspendedToolCall.Status.OPEN
-    ).order_by("run_id", "position", "id")
-    for run_id, *call in open_calls.values_list(*_CALL_COLUMNS):
-        calls_by_run[run_id].append(SuspendedRunToolCall(*call))
-    return [SuspendedRun(*row, tool_calls=calls_by_run[row[0]]) for row in rows]
+    """The runs of these snapshot rows (``_SNAPSHOT_COLUMNS``) with their open calls (``describe_open_calls``)."""
+    open_calls = SuspendedToolCall.objects.filter(run_id__in=[row[0] for row in rows]).order_by(
+        "run_id", "position", "id"
+    )
+    calls_by_run = describe_open_calls(open_calls)
+    return [
+        SuspendedRun(
+            run_id=run_id,
+            agent_id=agent_id,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            created_at=created_at,
+            suspended_at=suspended_at,
+            started_by=started_by,
+            tool_calls=calls_by_run.get(run_id, []),
+        )
+        for run_id, agent_id, thread_id, resource_id, created_at, suspended_at, started_by in rows
+    ]
 
 
 # --- unpaged listings, streamed ----------------------------------------------------------------
@@ -239,7 +336,9 @@ class SuspendedRunsStream:
 
     def __init__(self, snapshots: QuerySet[Snapshot]) -> None:
         # Nothing runs until the first batch.
-        self._rows = snapshots.values_list(*_SNAPSHOT_COLUMNS).iterator(chunk_size=STREAM_BATCH)
+        self._rows: Generator[tuple, None, None] = snapshots.values_list(*_SNAPSHOT_COLUMNS).iterator(  # type: ignore[assignment]
+            chunk_size=STREAM_BATCH
+        )
         self._transaction = transaction.atomic() if connection.vendor == "postgresql" else None
         self._started = False
         self.done = False
@@ -319,8 +418,9 @@ def decision_history(
     """
     decisions = Decision.objects.all()
     if hidden:
-        decisions = decisions.exclude(agent_id__in=hidden)
-    for field, value in (
+        # A decision on a call surfaced from a sub-agent shows that agent's call too.
+        decisions = decisions.exclude(agent_id__in=hidden).exclude(inner_agent_id__in=hidden)
+    for column, value in (
         ("agent_id", agent_id),
         ("thread_id", thread_id),
         ("run_id", run_id),
@@ -329,7 +429,7 @@ def decision_history(
         ("kind", kind),
     ):
         if value:
-            decisions = decisions.filter(**{field: value})
+            decisions = decisions.filter(**{column: value})
     if (start := parse_datetime_bound(from_date, "fromDate")) is not None:
         decisions = decisions.filter(decided_at__gte=start)
     if (end := parse_datetime_bound(to_date, "toDate")) is not None:

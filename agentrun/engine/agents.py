@@ -12,14 +12,14 @@ import time
 import warnings
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 
 from agentrun.core.fanout import subscribe
 from agentrun.core.models import Run
 from agentrun.core.selectors import SuspendedRunsPage, list_suspended_runs
-from agentrun.engine import background, dispatch, store
+from agentrun.engine import background, dispatch, registry, store
 from agentrun.engine.inputs import (
     normalize_max_steps,
     normalize_memory,
@@ -29,12 +29,13 @@ from agentrun.engine.inputs import (
 )
 from agentrun.engine.loop import Segment
 from agentrun.engine.providers import CONTINUATION_PREFIX, LanguageModel, get_model
-from agentrun.engine.registry import all_agents, get_agent, register_agent
+from agentrun.engine.registry import register_agent
 from agentrun.engine.runtime import db
-from agentrun.engine.service import DecisionOutcome, decide_tool_call
-from agentrun.engine.stream import RunStream
+from agentrun.engine.service import DecisionOutcome, decide
+from agentrun.engine.stream import RunStream, TurnSummary
 from agentrun.engine.subagents import SubAgentTool
-from agentrun.engine.tools import Tool
+from agentrun.engine.tools import Tool, check_approvals_required
+from agentrun.engine.types import PYTHON, Decider, DecisionCommand
 
 __all__ = ["Agent", "all_agents", "follow", "generate_result", "get_agent", "register_agent"]
 
@@ -55,6 +56,7 @@ class Agent:
         suspended_run_ttl: float | None = None,
         max_steps: int | None = None,
         background_concurrency: int | None = None,
+        approvals_required: int = 1,
         register: bool = True,
     ) -> None:
         self.id = id
@@ -71,6 +73,8 @@ class Agent:
             self.tools[t.id] = t
         self.suspended_run_ttl = suspended_run_ttl
         self.background_concurrency = background_concurrency
+        # The tools' default for how many distinct people approve a call (a tool may say otherwise).
+        self.approvals_required = check_approvals_required(approvals_required) or 1
         self._max_steps = max_steps
         if register:
             register_agent(self)
@@ -108,20 +112,24 @@ class Agent:
         max_steps: int | None = None,
         metadata: dict | None = None,
         dispatch: bool = False,
+        started_by: Any = None,
     ) -> RunStream:
         """Start a run; chunks arrive on ``full_stream``. ``stream.run_id`` is known at once.
+
+        ``started_by``: the person a door started it for (REST, a websocket); None from Python code.
 
         ``dispatch=True`` runs it through the Tasks framework (a worker, in production) and relays its
         chunks from the fan-out; by default this process drives it. ``until_idle`` streams stay here.
         """
         normalized = normalize_messages(messages)
         thread_id, resource_id = normalize_memory(memory)
-        until_idle = normalize_until_idle(until_idle)
-        options = {
+        idle = normalize_until_idle(until_idle)  # refused when malformed, with memory or without
+        if not thread_id:
+            idle = None  # without memory there is no thread to write results back to (docs/runs.md#until-idle)
+        options: dict[str, Any] = {
             "max_steps": normalize_max_steps(max_steps),
             "require_tool_approval": bool(require_tool_approval),
-            # Without memory there is no thread to write results back to: a plain stream (docs/runs.md#until-idle).
-            "until_idle": until_idle if thread_id else None,
+            "until_idle": idle,
         }
         run = await db(store.create_run)(
             agent_id=self.id,
@@ -130,10 +138,11 @@ class Agent:
             resource_id=resource_id,
             metadata=validate_metadata(metadata),
             options={k: v for k, v in options.items() if v},
+            started_by=started_by if getattr(started_by, "pk", None) else None,
         )
-        if dispatch and not options["until_idle"]:
+        if dispatch and not idle:
             return await _dispatched(self.id, run.id, after=0)
-        return self._drive(run.id, until_idle=options["until_idle"])
+        return self._drive(run.id, until_idle=idle)
 
     async def stream_until_idle(self, messages: Any, *, max_idle_ms: int | None = None, **options: Any) -> RunStream:
         """Deprecated: use ``stream(..., until_idle=True)`` (or ``{"max_idle_ms": …}``)."""
@@ -222,8 +231,12 @@ class Agent:
         )
 
     # --- decisions ------------------------------------------------------------------------------
-    async def _decide(self, kind: str, **kwargs: Any) -> RunStream:
-        outcome = await db(decide_tool_call)(agent_id=self.id, kind=kind, **kwargs)
+    # ``decided_by``: who decides (engine/types.py ``Decider``). None: this program itself, trusted
+    # in-process code (``via`` python); ``Decider.person(user, via=…)`` to decide on a person's behalf,
+    # with their permissions checked.
+    async def _decide(self, decided_by: Decider | None, **request: Any) -> RunStream:
+        command = DecisionCommand.one(agent_id=self.id, decider=decided_by or PYTHON, **request)
+        outcome = await db(decide)(command)
         return follow(outcome)
 
     async def approve_tool_call(
@@ -234,18 +247,16 @@ class Agent:
         args: dict | None = None,
         reason: str | None = None,
         args_fingerprint: str | None = None,
-        decided_by: Any = None,
-        via: str = "python",
+        decided_by: Decider | None = None,
     ) -> RunStream:
         return await self._decide(
-            "approve",
+            decided_by,
+            kind="approve",
             run_id=run_id,
             tool_call_id=tool_call_id,
             args=args,
             reason=reason,
             args_fingerprint=args_fingerprint,
-            decided_by=decided_by,
-            via=via,
         )
 
     async def decline_tool_call(
@@ -255,17 +266,15 @@ class Agent:
         tool_call_id: str | None = None,
         reason: str | None = None,
         args_fingerprint: str | None = None,
-        decided_by: Any = None,
-        via: str = "python",
+        decided_by: Decider | None = None,
     ) -> RunStream:
         return await self._decide(
-            "decline",
+            decided_by,
+            kind="decline",
             run_id=run_id,
             tool_call_id=tool_call_id,
             reason=reason,
             args_fingerprint=args_fingerprint,
-            decided_by=decided_by,
-            via=via,
         )
 
     async def resume_stream(
@@ -275,25 +284,42 @@ class Agent:
         run_id: str,
         tool_call_id: str | None = None,
         args_fingerprint: str | None = None,
-        decided_by: Any = None,
-        via: str = "python",
+        decided_by: Decider | None = None,
     ) -> RunStream:
         return await self._decide(
-            "resume",
+            decided_by,
+            kind="resume",
             run_id=run_id,
             tool_call_id=tool_call_id,
             resume_data=resume_data,
             args_fingerprint=args_fingerprint,
-            decided_by=decided_by,
-            via=via,
         )
 
 
+def get_agent(agent_id: str) -> Agent:
+    """The registered agent (only ``Agent`` registers itself), or ``AgentRunError(AGENT_NOT_FOUND)``."""
+    return cast(Agent, registry.get_agent(agent_id))
+
+
+def all_agents() -> list[Agent]:
+    return cast(list[Agent], registry.all_agents())
+
+
 def follow(outcome: DecisionOutcome) -> RunStream:
-    """The continuation of a decision, followed through the run's chunk log up to its ``finish``."""
-    stream = _relay(outcome.run_id, after=outcome.after_seq)
+    """The continuation of a decision, followed through the run's chunk log up to its ``finish``. An
+    approval that does not complete its call's quorum continues nothing: the stream ends at once (the
+    call still waits, ``finish_reason`` "suspended")."""
+    if outcome.continue_run_id:
+        stream = _relay(outcome.run_id, after=outcome.after_seq)
+    else:
+        stream = RunStream(outcome.run_id).start(_still_waiting)
     stream.decision = outcome
     return stream
+
+
+async def _still_waiting(stream: RunStream) -> None:
+    """No chunk: nothing ran. The turn's summary says the run still waits."""
+    stream.first_turn_done(TurnSummary.of([{"type": "finish", "payload": {"finishReason": "suspended"}}]))
 
 
 def _relay(run_id: str, *, after: int) -> RunStream:

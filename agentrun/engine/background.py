@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.tasks import task
 from django.utils import timezone
 
+from agentrun.core.chunks import ChunkType
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import BackgroundTask, Message, Run
 from agentrun.core.timeutil import iso
@@ -246,6 +247,7 @@ def _chunk_base(row: BackgroundTask) -> dict:
 
 async def _announce_end(row: BackgroundTask) -> None:
     base = _chunk_base(row)
+    chunk: tuple[ChunkType, dict]
     if row.status == BackgroundTask.Status.COMPLETED:
         chunk = ("background-task-completed", {**base, "result": row.result, "completedAt": iso(row.completed_at)})
     elif row.status == BackgroundTask.Status.CANCELLED:

@@ -1,4 +1,4 @@
-"""A run's chunk log: every chunk numbered (``seq``), handed to the live sinks at once, and written to
+"""A run's chunk log: every chunk numbered (``seq``), handed to the live sinks, and written to
 ``RunChunk`` in batches — with each state change, in its transaction, before each model call, and at
 the end of a segment. Only the holder of the run's lease writes it (``engine/lease.py``).
 """
@@ -9,32 +9,63 @@ from typing import Any
 
 from django.db import transaction
 
+from agentrun.core.chunks import Chunk, ChunkType
 from agentrun.core.models import Run, RunChunk
+
+
+class LeaseLost(Exception):  # noqa: N818 - a state, not an error of ours
+    """The run's lease went to another process (this one stalled past it): it writes nothing more."""
 
 
 # --- the chunk log --------------------------------------------------------------------------------
 class ChunkLog:
-    """Numbers a run's chunks, hands each to the live sinks at once and writes them to the log in batches.
+    """Numbers a run's chunks, hands them to the live sinks and writes them to the log in batches.
 
     Batching: chunks are written when a state change commits (in the same transaction), when the
-    buffer is full, and at the end of the segment, so a token stream costs few round trips.
+    buffer is full, and at the end of the segment, so a token stream costs few round trips. Until
+    then a chunk is live only: a driver that dies may have shown chunks the log never gets (its taker
+    re-uses those seqs, README "Production").
+
+    Announcements are never live only. A chunk emitted with ``hold=True`` announces a state change
+    about to be written (a tool result, calls opened, an answer, the segment's ``finish``): the write
+    that changes the state logs it in its transaction, and it reaches the sinks once that write
+    committed (``committed``). So a process dying right after a commit has logged what the commit
+    means, and no reader is shown a change that never happened. Chunks emitted after a held one wait
+    with it (order is kept).
+
+    ``owner``: the lease the writer holds. Every write is fenced by it: a driver that stalled past its
+    lease while another process took the run over gets ``LeaseLost`` and its transaction rolls back,
+    instead of writing over the taker's seqs.
+
+    Whoever writes the log says how the write ended: ``committed()``, or ``rolled_back()`` — nothing it
+    took is logged then: the held chunks are dropped and their seqs handed out again, the others
+    (already shown live) are buffered again under the same seqs, so the log never has a gap.
     """
 
     BATCH = 200
 
-    def __init__(self, run_id: str, next_seq: int, sinks: list) -> None:
+    def __init__(self, run_id: str, next_seq: int, sinks: list, owner: str | None = None) -> None:
         self.run_id = run_id
+        self.owner = owner
         self.next_seq = next_seq
         self.sinks = sinks
         self.buffer: list[RunChunk] = []
+        self.held: list[Chunk] = []  # emitted, not handed to the sinks yet
+        self.taken: list[RunChunk] = []  # taken by a write not known to have committed yet
 
-    def emit(self, type_: str, payload: dict) -> dict:
-        chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": self.next_seq, "payload": payload}
+    def emit(self, type_: ChunkType, payload: dict, *, hold: bool = False) -> Chunk:
+        chunk: Chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": self.next_seq, "payload": payload}
         self.buffer.append(RunChunk(run_id=self.run_id, seq=self.next_seq, type=type_, payload=payload))
         self.next_seq += 1
+        if hold or self.held:
+            self.held.append(chunk)
+        else:
+            self._publish(chunk)
+        return chunk
+
+    def _publish(self, chunk: Chunk) -> None:
         for sink in self.sinks:
             sink(chunk)
-        return chunk
 
     @property
     def full(self) -> bool:
@@ -49,11 +80,43 @@ class ChunkLog:
         # No savepoint inside a caller's transaction: nothing catches a failure here, which fails the
         # caller's transaction anyway.
         with transaction.atomic(savepoint=False):
+            self.fenced_update(next_seq=next_seq, **run_fields)
             if batch:
                 RunChunk.objects.bulk_create(batch)
-            Run.objects.filter(pk=self.run_id).update(next_seq=next_seq, **run_fields)
+
+    def run_row(self) -> Any:
+        """The run's row, as long as the writer holds its lease (a queryset)."""
+        row = Run.objects.filter(pk=self.run_id)
+        return row if self.owner is None else row.filter(lease_owner=self.owner)
+
+    def fenced_update(self, **fields: Any) -> None:
+        """UPDATE the run's row; ``LeaseLost`` when the lease is another's (the caller's transaction
+        then rolls back). First in a write, so that the row lock orders writers before their chunks."""
+        if not self.run_row().update(**fields) and Run.objects.filter(pk=self.run_id).exists():
+            raise LeaseLost(self.run_id)
 
     def take_buffer(self) -> tuple[list[RunChunk], int]:
         """The chunks to write, and the run's next_seq once they are written (the caller writes both)."""
         batch, self.buffer = self.buffer, []
+        self.taken += batch
         return batch, self.next_seq
+
+    def committed(self) -> None:
+        """The write that took the buffer committed: the held chunks it logged go to the sinks."""
+        self.taken = []
+        logged = self.next_seq - len(self.buffer)  # every seq below is in the log
+        ready = [c for c in self.held if c["seq"] < logged]
+        self.held = self.held[len(ready) :]
+        for chunk in ready:
+            self._publish(chunk)
+
+    def rolled_back(self) -> list[Chunk]:
+        """The write that took the buffer failed: nothing it took is logged. Returns the held chunks,
+        dropped (what they announce did not happen)."""
+        unlogged, self.taken = self.taken + self.buffer, []
+        dropped, self.held = self.held, []
+        if dropped:
+            self.next_seq = dropped[0]["seq"]
+            unlogged = [c for c in unlogged if c.seq < self.next_seq]
+        self.buffer = unlogged
+        return dropped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from typing import Any
 
 from agentrun.core.errors import AgentRunError
@@ -47,6 +48,21 @@ def json_problem(value: Any) -> str | None:
     return None
 
 
+# Characters an id must not hold: control characters (C0, DEL, C1 — a CR LF in a thread id forged lines
+# in the plain-text emails that name it), line and paragraph separators, and the bidirectional overrides
+# and isolates that make text display in another order than it is ("Trojan source"). Ids are shown in
+# emails, webhooks, CSV exports, logs and pages: docs/security.md, "Inputs that cannot forge output".
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an id (thread, resource, metadata key), or None."""
+    for char in value:
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in _BIDI_CONTROLS:
+            return f"must not contain control characters (found U+{ord(char):04X})"
+    return None
+
+
 def validate_metadata(metadata: Any) -> dict[str, str]:
     if metadata is None:
         return {}
@@ -63,6 +79,8 @@ def validate_metadata(metadata: Any) -> dict[str, str]:
             raise AgentRunError("INVALID_METADATA", f"metadata values are at most {MAX_METADATA_VALUE} characters")
         if problem := json_problem([key, value]):
             raise AgentRunError("INVALID_METADATA", f"metadata {problem}")
+        if problem := id_problem(key):
+            raise AgentRunError("INVALID_REQUEST", f"metadata key {key!r} {problem}")
     return dict(metadata)
 
 
@@ -108,7 +126,7 @@ def normalize_memory(memory: Any) -> tuple[str | None, str | None]:
     for name, value in (("memory.thread", thread), ("memory.resource", resource)):
         if value is not None and (not isinstance(value, str) or not value or len(value) > 255):
             raise AgentRunError("INVALID_REQUEST", f"{name} must be a non-empty string of at most 255 characters")
-        if value is not None and (problem := json_problem(value)):
+        if value is not None and (problem := json_problem(value) or id_problem(value)):
             raise AgentRunError("INVALID_REQUEST", f"{name} {problem}")
     return thread, resource
 

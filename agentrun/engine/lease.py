@@ -15,21 +15,21 @@ import socket
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agentrun.core import outages
+from agentrun.core.chunks import ChunkType
 from agentrun.core.fanout import RunPublisher
 from agentrun.core.ids import new_id
 from agentrun.core.models import Run, SuspendedToolCall
+from agentrun.core.outages import INFRASTRUCTURE_ERRORS
 from agentrun.engine import store
-from agentrun.engine.chunklog import ChunkLog
+from agentrun.engine.chunklog import ChunkLog, LeaseLost
 from agentrun.engine.runtime import db, recover_connection
 
 logger = logging.getLogger("agentrun.engine")
-
-# Errors of the database connection itself (not of a query): retried by taking the run over later.
-DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
 # --- the lease's SQL ------------------------------------------------------------------------------
@@ -81,6 +81,8 @@ def expire_leases_of_this_process() -> int:
 def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
     """Runs nobody drives although they should be driven, claimed for this sweeper: a lease that
     expired (its holder died), or a decision whose continuation never started within a lease period.
+    A final run whose lease expired is claimed too: its holder died before closing its segment (the
+    run was cancelled meanwhile, say), and the continuation closes it (``Segment.run``).
 
     Each is marked dispatched (a ``dispatch:…`` lease) in the transaction that finds it, so it is
     dispatched once per lease period whatever the number of sweepers; rows another sweeper is
@@ -98,7 +100,6 @@ def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
         claimable = Run.objects.select_for_update(skip_locked=True, of=("self",))
         rows = list(
             claimable.filter(lease_owner__isnull=False, lease_expires_at__lt=now)
-            .exclude(status__in=Run.FINAL_STATUSES)
             .order_by("lease_expires_at")
             .values_list("agent_id", "id")[:limit]
         )
@@ -117,9 +118,11 @@ def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
 
 
 class RunLease:
-    def __init__(self, run_id: str) -> None:
+    """``owner``: re-take a lease this process held before (a segment retried after an outage)."""
+
+    def __init__(self, run_id: str, owner: str | None = None) -> None:
         self.run_id = run_id
-        self.owner = new_lease_owner()
+        self.owner = owner or new_lease_owner()
         self._heartbeat: asyncio.Task | None = None
 
     async def __aenter__(self) -> RunLease:
@@ -135,28 +138,36 @@ class RunLease:
         while True:
             await asyncio.sleep(lease_ttl().total_seconds() / 3)
             try:
-                await db(renew_lease)(self.run_id, self.owner)
-            except Exception:  # a database hiccup must not stop the heartbeat for good
-                logger.warning("could not renew the lease of %s", self.run_id, exc_info=True)
+                if not await db(renew_lease)(self.run_id, self.owner):
+                    # Stalled past the lease: another process may drive the run now. This one's log
+                    # writes are fenced (ChunkLog.owner): its next one raises LeaseLost.
+                    logger.warning("run %s: lease lost to another process", self.run_id)
+                    return
+            except INFRASTRUCTURE_ERRORS as exc:  # a database hiccup must not stop the heartbeat for good
+                outages.failed(exc)
                 await db(recover_connection)()
+            except Exception:
+                logger.warning("could not renew the lease of %s", self.run_id, exc_info=True)
 
     async def __aexit__(self, exc_type: type | None, *exc: object) -> None:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
-        if exc_type is not None and issubclass(exc_type, DATABASE_UNAVAILABLE):
-            # The database went away mid-segment: keep the lease; once it expires a sweep continues
-            # the run from what was committed (see Segment.run).
+        if exc_type is not None and issubclass(exc_type, (*INFRASTRUCTURE_ERRORS, LeaseLost)):
+            # The database or the channel layer went away mid-segment: keep the lease (the retry of
+            # dispatch.continue_run re-takes it; else, once it expires, a sweep continues the run
+            # from what was committed, see Segment.run).
             return
         await db(release_lease)(self.run_id, self.owner)
 
 
-async def announce(run_id: str, chunks: list[tuple[str, dict]]) -> None:
+async def announce(run_id: str, chunks: list[tuple[ChunkType, dict]]) -> None:
     """Append chunks to a run outside a segment (background task news), under the run's lease."""
     publisher = RunPublisher(run_id)
-    async with RunLease(run_id):
+    async with RunLease(run_id) as lease:
         run = await db(store.load_run)(run_id)
-        log = ChunkLog(run_id, run.next_seq, [publisher])
+        log = ChunkLog(run_id, run.next_seq, [publisher], owner=lease.owner)
         for type_, payload in chunks:
-            log.emit(type_, payload)
+            log.emit(type_, payload, hold=True)  # shown once logged: the news is in the log or nowhere
         await db(log.flush_sync)()
+        log.committed()
     await publisher.aclose()

@@ -10,27 +10,27 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.utils import timezone
 
 from agentrun.core import logcontext, metrics, tracing
+from agentrun.core.chunks import Chunk, ChunkType
 from agentrun.core.errors import AgentRunError
-from agentrun.core.fanout import RunPublisher
+from agentrun.core.fanout import TAKEOVER_CODE, RunPublisher
 from agentrun.core.ids import new_id
 from agentrun.core.models import Decision, Run, RunStep, SuspendedToolCall
-from agentrun.engine import background, store
-from agentrun.engine.chunklog import ChunkLog
-from agentrun.engine.decisions import approve_by_grant, carry_to_inner_run
+from agentrun.core.outages import INFRASTRUCTURE_ERRORS
+from agentrun.engine import background, faults, store
+from agentrun.engine.chunklog import ChunkLog, LeaseLost
+from agentrun.engine.decisions import approve_by_grant, args_to_run, carry_to_inner_run
 from agentrun.engine.inputs import decode_model_args
-from agentrun.engine.lease import DATABASE_UNAVAILABLE, RunLease
+from agentrun.engine.lease import RunLease
 from agentrun.engine.providers import ModelError, ModelFinish, ModelToolCall, TextDelta, usage_dict
 from agentrun.engine.registry import get_agent
 from agentrun.engine.runtime import db
 from agentrun.engine.tools import InnerRunSuspended, Tool, ToolContext, ToolSuspended
-
-if TYPE_CHECKING:
-    from agentrun.engine.agents import Agent
+from agentrun.engine.types import AgentSpec, InnerCall, OpenCall, OutcomeStatus, Waiting
 
 logger = logging.getLogger("agentrun.engine")
 
@@ -41,20 +41,21 @@ TAKEOVER_FINISH = {
     "finishReason": "error",
     "usage": usage_dict(0, 0),
     "error": {
-        "code": "driver_lost",
-        "message": "The process driving this segment stopped; another process continues the run.",
+        "code": TAKEOVER_CODE,
+        "message": "The process driving this segment stopped; the run continues in the next segment.",
     },
 }
 
 
 @dataclass
 class Outcome:
-    """How one tool call ended: ``ok``, ``error``, ``denied`` (with an output), or ``suspended``."""
+    """How one tool call ended: ``ok``, ``error``, ``denied`` (with an output), or ``suspended`` (then
+    ``waiting`` says for what)."""
 
-    status: str
+    status: OutcomeStatus
     output: str = ""
     result: Any = None
-    open_call: dict | None = None
+    waiting: Waiting | None = None
     background_task_id: str | None = None
 
 
@@ -69,14 +70,16 @@ class SegmentResult:
 class Segment:
     def __init__(
         self,
-        agent: Agent,
+        agent: AgentSpec,
         run_id: str,
         sinks: list | None = None,
         *,
         directive: str | None = None,
         only_if_needed: bool = False,
+        lease_owner: str | None = None,
     ) -> None:
         self.agent = agent
+        self.lease_owner = lease_owner  # a lease this process held for the run (a retry after an outage)
         self.only_if_needed = only_if_needed
         self.run_id = run_id
         self.publisher = RunPublisher(run_id)
@@ -84,9 +87,31 @@ class Segment:
         # A continuation turn after background tasks starts with a system message naming them.
         self.directive = directive
         self.result = SegmentResult(finish_reason="stop")
+        self.finished = False  # the segment's finish is emitted
 
-    def emit(self, type_: str, payload: dict) -> dict:
-        return self.log.emit(type_, payload)
+    def emit(self, type_: ChunkType, payload: dict, *, hold: bool = False) -> Chunk:
+        return self.log.emit(type_, payload, hold=hold)
+
+    def _emit_finish(self, reason: str) -> None:
+        """The segment's one finish, held for the write that ends the segment: it is logged with the
+        state it announces (an answer, a suspension, a failure), never after it (README "Production")."""
+        self.result.finish_reason = reason
+        self.emit("finish", {"finishReason": reason, "usage": self.result.usage}, hold=True)
+        self.finished = True
+
+    async def _write(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A store write that logs the chunks emitted so far (held ones included) in its transaction."""
+        try:
+            result = await db(fn)(*args, **kwargs)
+        except BaseException:
+            if any(c["type"] == "finish" for c in self.log.rolled_back()):
+                self.finished = False  # the segment's finish went with the failed write
+            raise
+        self.log.committed()
+        return result
+
+    async def _flush(self) -> None:
+        await self._write(self.log.flush_sync)
 
     # --- the segment ----------------------------------------------------------------------------
     async def run(self) -> SegmentResult:
@@ -94,36 +119,41 @@ class Segment:
             return await self._run()
 
     async def _run(self) -> SegmentResult:
-        async with RunLease(self.run_id):
+        async with RunLease(self.run_id, self.lease_owner) as lease:
             run = await db(store.load_run_to_drive)(self.run_id)
-            self.log = ChunkLog(run.id, run.next_seq, self.sinks)
+            self.log = ChunkLog(run.id, run.next_seq, self.sinks, owner=lease.owner)
             if run.segment_open:
                 # Taken over: the previous driver died mid-segment (its lease lapsed). Close its segment
                 # first, so every reader of the log sees exactly one finish per segment (docs/api.md#chunks).
                 logger.warning("run %s: closing the segment of a driver that died", run.id)
-                self.emit("finish", TAKEOVER_FINISH)
-                await db(self.log.flush_sync)()
+                self.emit("finish", TAKEOVER_FINISH, hold=True)
+                await self._flush()
             if self.only_if_needed and not await db(store.needs_driving)(run):
                 self.result.finish_reason = _finish_reason_for(run.status)
                 await self.publisher.aclose()
                 return self.result
             self.emit("start", {"runId": run.id, "agentId": run.agent_id, "threadId": run.thread_id})
             try:
-                self.result.finish_reason = await self._drive(run)
-            except DATABASE_UNAVAILABLE:
-                # Not the run's fault (a database restart, a dropped connection): the run is not
-                # failed. The lease is kept and expires; a sweep then continues the run from its last
-                # committed state (an approved call still ``executing`` re-runs with the same id).
-                logger.warning("run %s: database unavailable; it will be continued", self.run_id, exc_info=True)
+                reason = await self._drive(run)
+            except (*INFRASTRUCTURE_ERRORS, LeaseLost) as exc:  # type: ignore[misc]  # a tuple of classes
+                # Not the run's fault (a database or Redis restart, a dropped connection, a stall past
+                # the lease): the run is not failed. The lease is kept (or is another's); the run is
+                # continued from its last committed state by dispatch.continue_run's retry or by a
+                # sweep once the lease lapses (an approved call still ``executing`` re-runs with the
+                # same id; docs/operations.md "Outages").
+                logger.warning("run %s stopped (%s: %s); it will be continued", self.run_id, type(exc).__name__, exc)
                 raise
             except Exception as exc:  # a bug or a crash in a tool wrapper: record it, never swallow it
                 logger.exception("run %s failed", self.run_id)
-                error = {"code": "server_error", "message": f"{type(exc).__name__}: {exc}"}
-                await db(store.fail_run_sync)(run, error)
-                self.emit("error", {"error": error})
-                self.result.finish_reason = "error"
-            self.emit("finish", {"finishReason": self.result.finish_reason, "usage": self.result.usage})
-            await db(self.log.flush_sync)()
+                reason = "error"
+                if not self.finished:  # else what failed came after the segment's end was logged
+                    error = {"code": "server_error", "message": f"{type(exc).__name__}: {exc}"}
+                    self.emit("error", {"error": error}, hold=True)
+                    self._emit_finish(reason)
+                    await self._write(store.fail_run_sync, run, error, self.log)
+            if not self.finished:  # nothing this segment wrote ended it (a cancelled run, say)
+                self._emit_finish(reason)
+                await self._flush()
             await self.publisher.aclose()
         return self.result
 
@@ -146,9 +176,18 @@ class Segment:
             # taken over, say) look for a step left in progress.
             step = None if steps_done else await db(store.pending_tool_step)(run.id)
             if step is not None:
-                if not store.step_outputs_complete(step):
-                    return "suspended"
-                await db(store.complete_tool_step)(step.id)
+                if store.step_outputs_complete(step):
+                    await db(store.complete_tool_step)(step.id)
+                else:
+                    # Calls its driver never carried out (it stopped before their results: a crash,
+                    # an outage): they run now, with the same ids; those that need people wait.
+                    calls = [ModelToolCall(c["id"], c["name"], c["args"]) for c in store.calls_without_output(step)]
+                    granted = await db(store.approved_call_ids)(run.id, [c.id for c in calls])
+                    opens = await self._run_tool_calls(
+                        run, step, calls, positions=store.positions(step), approved=granted
+                    )
+                    if opens:
+                        return await self._suspend(run, step.id, opens, usage=usage_dict(0, 0))
         if self.directive:
             await db(store.add_message)(run, role="system", content=self.directive)
         return await self._model_loop(run, status_known=starting)
@@ -172,10 +211,11 @@ class Segment:
                 await self._apply_decision(run, call, steps.setdefault(call.step_id, call.step))
 
     async def _apply_decision(self, run: Run, call: SuspendedToolCall, step: RunStep) -> None:
-        decision: Decision = call.decision
+        decision = call.decision
+        assert decision is not None  # waiting_calls() loads decided calls only here
         metrics.continuation_started(agent_id=run.agent_id, decided_at=decision.decided_at)
         payload_call = {"id": call.tool_call_id, "name": call.tool_name}
-        args = decision.edited_args if decision.edited_args is not None else call.args
+        args = args_to_run(call, decision)
         if decision.kind == Decision.Kind.DECLINE and not call.inner_run_id:
             reason = decision.reason or DEFAULT_DECLINE_REASON
             outcome = Outcome("denied", output=reason)
@@ -188,22 +228,24 @@ class Segment:
                 ctx.resume_data = decision.resume_data
             outcome = await self._execute(tool, args, ctx)
         if outcome.status == "suspended":
-            opened = dict(
-                {"risk": call.risk},
-                **(outcome.open_call or {}),
+            assert outcome.waiting is not None
+            opened = OpenCall.of(
                 tool_call_id=call.tool_call_id,
                 tool_name=call.tool_name,
                 args=call.args,
                 position=call.position,
+                risk=call.risk,  # type: ignore[arg-type]  # a SuspendedToolCall.Risk value
+                waiting=outcome.waiting,
             )
-            await db(store.record_suspension)(
+            self._emit_open(opened)
+            await self._write(
+                store.record_suspension,
                 run,
                 call.step_id,
                 self.log,
                 opens=[opened],
                 ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl),
             )
-            self._emit_open(opened)
         else:
             await self._record(run, step, payload_call, args, outcome, decision=decision)
 
@@ -211,7 +253,10 @@ class Segment:
         """A surfaced sub-agent call was decided: its inner call carries out the same decision."""
         inner_agent = get_agent(call.inner_agent_id)
         await db(carry_to_inner_run)(
-            inner_run_id=call.inner_run_id, inner_tool_call_id=call.inner_tool_call_id, decision=decision
+            inner_run_id=call.inner_run_id,
+            inner_tool_call_id=call.inner_tool_call_id,
+            decision=decision,
+            pending_args=call.pending_args,
         )
         await Segment(inner_agent, call.inner_run_id).run()
         return await inner_outcome(inner_agent, call.inner_run_id)
@@ -225,7 +270,8 @@ class Segment:
                 return "cancelled"
             status_known = False
             if run.step_count >= max_steps:
-                await db(store.complete_run)(run, self.log)
+                self._emit_finish("length")
+                await self._write(store.complete_run, run, self.log)
                 return "length"
             history = await db(store.load_history)(run, self.agent.instructions)
             started_at = timezone.now()
@@ -237,7 +283,7 @@ class Segment:
             # Make what subscribers have seen so far durable before a model call that may take long:
             # if this process dies during the call, the run is taken over from the log, and a client
             # resuming with the last seq it saw must find that seq logged, not re-used by the takeover.
-            await db(self.log.flush_sync)()
+            await self._flush()
             try:
                 async for event in self.agent.model.stream(history, list(self.agent.tools.values())):
                     if isinstance(event, TextDelta):
@@ -246,7 +292,7 @@ class Segment:
                         text_parts.append(event.text)
                         self.emit("text-delta", {"id": message_id, "text": event.text})
                         if self.log.full:
-                            await db(self.log.flush_sync)()
+                            await self._flush()
                     elif isinstance(event, ModelToolCall):
                         calls.append(event)
                     elif isinstance(event, ModelFinish):
@@ -255,11 +301,12 @@ class Segment:
                 if text_parts:
                     self.emit("text-end", {"id": message_id})
                 error = {"code": exc.code, "message": exc.message}
-                await db(store.record_model_failure)(
-                    run, self.log, code=exc.code, message=exc.message, started_at=started_at
+                self.emit("error", {"error": error}, hold=True)
+                self.emit("step-finish", {"finishReason": "error", "usage": usage}, hold=True)
+                self._emit_finish("error")
+                await self._write(
+                    store.record_model_failure, run, self.log, code=exc.code, message=exc.message, started_at=started_at
                 )
-                self.emit("error", {"error": error})
-                self.emit("step-finish", {"finishReason": "error", "usage": usage})
                 return "error"
             text = "".join(text_parts)
             if text_parts:
@@ -271,38 +318,71 @@ class Segment:
             self.result.first_text += text
             self.result.tool_calls.extend(call_dicts)
             if not call_dicts:
-                self.emit("step-finish", {"finishReason": "stop", "usage": usage})
-                await db(store.record_answer)(
-                    run, self.log, message_id=message_id, text=text, usage=usage, started_at=started_at
+                # The answer, its step-finish and the segment's finish commit together.
+                self.emit("step-finish", {"finishReason": "stop", "usage": usage}, hold=True)
+                self._emit_finish("stop")
+                await self._write(
+                    store.record_answer,
+                    run,
+                    self.log,
+                    message_id=message_id,
+                    text=text,
+                    usage=usage,
+                    started_at=started_at,
                 )
                 return "stop"
-            tool_step = await db(store.record_model_step)(
-                run, self.log, message_id=message_id, text=text, calls=call_dicts, usage=usage, started_at=started_at
+            tool_step = await self._write(
+                store.record_model_step,
+                run,
+                self.log,
+                message_id=message_id,
+                text=text,
+                calls=call_dicts,
+                usage=usage,
+                started_at=started_at,
             )
             opens = await self._run_tool_calls(run, tool_step, calls)
             if opens:
-                await db(store.record_suspension)(
-                    run,
-                    tool_step.id,
-                    self.log,
-                    opens=opens,
-                    ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl),
-                    new_calls=True,
-                )
-                for opened in opens:
-                    self._emit_open(opened)
-                self.emit("step-finish", {"finishReason": "suspended", "usage": usage})
-                return "suspended"
+                return await self._suspend(run, tool_step.id, opens, usage=usage)
             # Every call has its result: the step completed with the last one (record_tool_result).
             self.emit("step-finish", {"finishReason": "tool-calls", "usage": usage})
 
-    async def _run_tool_calls(self, run: Run, step: RunStep, calls: list[ModelToolCall]) -> list[dict]:
-        """Run what can run now; return the calls that wait for people (recorded together by the caller)."""
-        opens: list[dict] = []
+    async def _suspend(self, run: Run, step_id: str, opens: list[OpenCall], *, usage: dict) -> str:
+        """The step's calls that wait for people are recorded together; the segment ends with them."""
+        for opened in opens:
+            self._emit_open(opened)
+        self.emit("step-finish", {"finishReason": "suspended", "usage": usage}, hold=True)
+        self._emit_finish("suspended")
+        await self._write(
+            store.record_suspension,
+            run,
+            step_id,
+            self.log,
+            opens=opens,
+            ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl),
+            new_calls=True,
+        )
+        return "suspended"
+
+    async def _run_tool_calls(
+        self,
+        run: Run,
+        step: RunStep,
+        calls: list[ModelToolCall],
+        positions: dict[str, int] | None = None,
+        approved: frozenset[str] | set[str] = frozenset(),
+    ) -> list[OpenCall]:
+        """Run what can run now; return the calls that wait for people (recorded together by the caller).
+        ``positions``: each call's place in its step, when ``calls`` are not all of them; ``approved``:
+        calls a standing grant approved already (before their driver stopped)."""
+        opens: list[OpenCall] = []
         force_approval = bool(run.options.get("require_tool_approval"))
-        for position, call in enumerate(calls):
+        for index, call in enumerate(calls):
+            position = positions[call.id] if positions else index
             payload_call = {"id": call.id, "name": call.name}
             self.emit("tool-call", {"toolCallId": call.id, "toolName": call.name, "args": _parsed_args(call.args)})
+            if self.log.full:  # a step of many calls: the log keeps up with what readers were shown
+                await self._flush()
             tool = self.agent.tools.get(call.name)
             if tool is None:
                 outcome = Outcome("error", output=f"Unknown tool {call.name!r}")
@@ -315,38 +395,48 @@ class Segment:
                 await self._record(run, step, payload_call, call.args, outcome)
                 continue
             ctx = self._context(run, call.id)
-            granted = False
-            if force_approval or await tool.needs_approval(ctx, args):
+            granted = call.id in approved
+            if not granted and (force_approval or await tool.needs_approval(ctx, args)):
                 # A standing grant approves it here and now (a decision via "policy"); else it waits.
                 risk = tool.call_risk(requires_approval=True)
+                approvals_required = tool.approvals_required or self.agent.approvals_required
                 granted = await db(approve_by_grant)(
-                    run, tool_call_id=call.id, tool_name=call.name, args=args, risk=risk
+                    run,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    args=args,
+                    risk=risk,
+                    approvals_required=approvals_required,
                 )
                 if not granted:
                     policy = tool.timeout_policy
                     opens.append(
-                        {
-                            "tool_call_id": call.id,
-                            "tool_name": call.name,
-                            "args": args,
-                            "requires_approval": True,
-                            "risk": risk,
-                            "resume_schema": tool.resume_schema,
-                            "position": position,
+                        OpenCall.of(
+                            tool_call_id=call.id,
+                            tool_name=call.name,
+                            args=args,
+                            position=position,
+                            risk=risk,
+                            waiting=Waiting(requires_approval=True, resume_schema=tool.resume_schema),
+                            approvals_required=approvals_required,
                             **(policy.deadlines(timezone.now()) if policy else {}),
-                        }
+                        )
                     )
                     continue
             outcome = await self._execute(tool, args, ctx)
             if outcome.status == "suspended":
+                assert outcome.waiting is not None
                 opens.append(
-                    dict(
-                        {"risk": tool.call_risk(requires_approval=False), "suspension": 1 if granted else 0},
-                        **(outcome.open_call or {}),
+                    OpenCall.of(
                         tool_call_id=call.id,
                         tool_name=call.name,
                         args=args,
                         position=position,
+                        risk=tool.call_risk(requires_approval=False),
+                        waiting=outcome.waiting,
+                        # A call a standing grant approved that then suspends: its first suspension
+                        # is 1 (suspension 0 is the grant's decision).
+                        first_suspension=1 if granted else 0,
                     )
                 )
             else:
@@ -383,17 +473,15 @@ class Segment:
                 tracing.span("agentrun.tool_call", tool=tool.id, tool_call_id=ctx.tool_call_id, run_id=ctx.run_id),
             ):
                 result = await tool.execute(args, ctx)
+        except INFRASTRUCTURE_ERRORS:
+            # The database or Redis failed under the tool (its effect ledger, say): not the tool's
+            # result. The call stays approved and not carried out; it runs again with the same id.
+            raise
         except ToolSuspended as signal:
-            return Outcome(
-                "suspended",
-                open_call={
-                    "requires_approval": False,
-                    "suspend_payload": signal.payload,
-                    "resume_schema": tool.resume_schema,
-                },
-            )
+            waiting = Waiting(requires_approval=False, suspend_payload=signal.payload, resume_schema=tool.resume_schema)
+            return Outcome("suspended", waiting=waiting)
         except InnerRunSuspended as signal:
-            return Outcome("suspended", open_call=signal.open_call)
+            return Outcome("suspended", waiting=signal.waiting)
         except Exception as exc:  # a tool's failure is a result the model sees, not a crash
             logger.info("tool %s failed: %s", tool.id, exc)
             return Outcome("error", output=str(exc) or type(exc).__name__)
@@ -402,12 +490,10 @@ class Segment:
     async def _record(
         self, run: Run, step: RunStep, call: dict, args: Any, outcome: Outcome, decision: Decision | None = None
     ) -> None:
-        await db(store.record_tool_result)(
-            run, step, self.log, call=call, output=outcome.output, status=outcome.status, decided=decision is not None
-        )
+        # The chunks announcing the result are logged in its transaction (shown once it committed).
         base = {"toolCallId": call["id"], "toolName": call["name"], "args": args}
         if outcome.status == "ok":
-            self.emit("tool-result", {**base, "result": outcome.result})
+            self.emit("tool-result", {**base, "result": outcome.result}, hold=True)
             if outcome.background_task_id:
                 self.emit(
                     "background-task-started",
@@ -418,34 +504,46 @@ class Segment:
                         "agentId": run.agent_id,
                         "runId": run.id,
                     },
+                    hold=True,
                 )
         elif outcome.status == "denied":
             approval = {"id": decision.id if decision else None, "approved": False, "reason": outcome.output}
-            self.emit("tool-output-denied", {**base, "approval": approval})
+            self.emit("tool-output-denied", {**base, "approval": approval}, hold=True)
         else:
-            self.emit("tool-error", {**base, "error": {"message": outcome.output}})
+            self.emit("tool-error", {**base, "error": {"message": outcome.output}}, hold=True)
+        await self._write(
+            store.record_tool_result,
+            run,
+            step,
+            self.log,
+            call=call,
+            output=outcome.output,
+            status=outcome.status,
+            decided=decision is not None,
+        )
+        faults.point("tool-result-committed")
 
-    def _emit_open(self, opened: dict) -> None:
-        payload = {
-            "toolCallId": opened["tool_call_id"],
-            "toolName": opened["tool_name"],
-            "args": opened["args"],
-            "resumeSchema": opened.get("resume_schema"),
+    def _emit_open(self, opened: OpenCall) -> None:
+        """Held: the calls' opening is announced with the suspension that records it."""
+        waiting = opened.waiting
+        payload: dict[str, Any] = {
+            "toolCallId": opened.tool_call_id,
+            "toolName": opened.tool_name,
+            "args": opened.args,
+            "resumeSchema": waiting.resume_schema,
         }
-        for key, name in (
-            ("inner_agent_id", "innerAgentId"),
-            ("inner_run_id", "innerRunId"),
-            ("inner_tool_call_id", "innerToolCallId"),
-        ):
-            if opened.get(key):
-                payload[name] = opened[key]
-        if opened.get("inner_tool_name"):
-            payload["innerToolName"] = opened["inner_tool_name"]
-            payload["innerArgs"] = opened.get("inner_args")
-        if opened["requires_approval"]:
-            self.emit("tool-call-approval", payload)
+        if waiting.inner is not None:
+            payload |= {
+                "innerAgentId": waiting.inner.agent_id,
+                "innerRunId": waiting.inner.run_id,
+                "innerToolCallId": waiting.inner.tool_call_id,
+                "innerToolName": waiting.inner.tool_name,
+                "innerArgs": waiting.inner.args,
+            }
+        if waiting.requires_approval:
+            self.emit("tool-call-approval", payload, hold=True)
         else:
-            self.emit("tool-call-suspended", {**payload, "suspendPayload": opened.get("suspend_payload")})
+            self.emit("tool-call-suspended", {**payload, "suspendPayload": waiting.suspend_payload}, hold=True)
 
 
 def _parsed_args(args: Any) -> Any:
@@ -455,15 +553,16 @@ def _parsed_args(args: Any) -> Any:
 
 
 def _finish_reason_for(status: str) -> str:
-    return {
+    reasons: dict[str, str] = {
         Run.Status.SUSPENDED: "suspended",
         Run.Status.FAILED: "error",
         Run.Status.CANCELLED: "cancelled",
         Run.Status.EXPIRED: "cancelled",
-    }.get(status, "stop")
+    }
+    return reasons.get(status, "stop")
 
 
-async def inner_outcome(inner_agent: Agent, inner_run_id: str) -> Outcome:
+async def inner_outcome(inner_agent: AgentSpec, inner_run_id: str) -> Outcome:
     """What a sub-agent's run means for the outer call: its answer, its failure, or its open call."""
     run = await db(store.load_run)(inner_run_id)
     if run.status == Run.Status.COMPLETED:
@@ -473,19 +572,21 @@ async def inner_outcome(inner_agent: Agent, inner_run_id: str) -> Outcome:
         return Outcome("ok", output=store.output_text({"text": text}), result={"text": text})
     if run.status == Run.Status.SUSPENDED:
         inner = await db(store.first_open_call)(inner_run_id)
-        return Outcome(
-            "suspended",
-            open_call={
-                "requires_approval": inner.requires_approval,
-                "risk": inner.risk,
-                "suspend_payload": inner.suspend_payload,
-                "resume_schema": inner.resume_schema,
-                "inner_agent_id": inner_agent.id,
-                "inner_run_id": inner_run_id,
-                "inner_tool_call_id": inner.tool_call_id,
-                "inner_tool_name": inner.tool_name,
-                "inner_args": inner.args,
-            },
+        assert inner is not None  # a suspended run waits on an open call
+        waiting = Waiting(
+            requires_approval=inner.requires_approval,
+            suspend_payload=inner.suspend_payload,
+            resume_schema=inner.resume_schema,
+            risk=inner.risk,
+            approvals_required=inner.approvals_required,
+            inner=InnerCall(
+                agent_id=inner_agent.id,
+                run_id=inner_run_id,
+                tool_call_id=inner.tool_call_id,
+                tool_name=inner.tool_name,
+                args=inner.args,
+            ),
         )
+        return Outcome("suspended", waiting=waiting)
     message = (run.last_error or {}).get("message") or f"sub-agent run ended {run.status}"
     return Outcome("error", output=message)

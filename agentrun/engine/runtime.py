@@ -92,9 +92,10 @@ def submit(coro: Coroutine[Any, Any, Any]) -> asyncio.AbstractEventLoop:
         keep(loop.create_task(coro))
         return loop
     caller = _caller_loop.get()
-    if _usable(caller):
+    target: asyncio.AbstractEventLoop
+    if caller is not None and _usable(caller):
         target = caller
-    elif _usable(_bound):
+    elif _bound is not None and _usable(_bound):
         target = _bound
     else:
         target = _private_loop()

@@ -20,10 +20,21 @@ from django.utils import timezone
 from agentrun.core import outbox
 from agentrun.core.fanout import notify_approvals
 from agentrun.core.ids import new_id
-from agentrun.core.models import BackgroundTask, Message, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall, Thread
-from agentrun.core.selectors import SuspendedRun, SuspendedRunToolCall
+from agentrun.core.models import (
+    BackgroundTask,
+    Decision,
+    Message,
+    Run,
+    RunChunk,
+    RunStep,
+    Snapshot,
+    SuspendedToolCall,
+    Thread,
+)
+from agentrun.core.selectors import SuspendedRun, describe_open_calls
 from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.providers import usage_dict
+from agentrun.engine.types import OpenCall
 
 
 def add_usage(a: dict | None, b: dict | None) -> dict:
@@ -60,7 +71,7 @@ def load_run_to_drive(run_id: str) -> Run:
     that wrote it died mid-segment). One query: the latest start/finish, read backwards on the log's
     (run, seq) key."""
     latest = RunChunk.objects.filter(run_id=OuterRef("pk"), type__in=["start", "finish"]).order_by("-seq")
-    run = Run.objects.annotate(latest_boundary=Subquery(latest.values("type")[:1])).get(pk=run_id)
+    run: Any = Run.objects.annotate(latest_boundary=Subquery(latest.values("type")[:1])).get(pk=run_id)
     run.segment_open = run.latest_boundary == "start"
     return run
 
@@ -89,7 +100,7 @@ def load_history(run: Run, instructions: str) -> list[dict]:
     else:
         messages = messages.filter(run_id=run.pk)
     own_last = Case(When(run_id=run.pk, then=Value(1)), default=Value(0), output_field=IntegerField())
-    history = [{"role": "system", "content": instructions}] if instructions else []
+    history: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     for m in messages.order_by(own_last, "created_at", "id"):
         history.append(
             {
@@ -200,9 +211,12 @@ def record_model_failure(run: Run, log: ChunkLog, *, code: str, message: str, st
         fail_run_sync(run, error)
 
 
-def fail_run_sync(run: Run, error: dict) -> None:
+def fail_run_sync(run: Run, error: dict, log: ChunkLog | None = None) -> None:
+    """The run failed; ``log``: its chunks so far (the error and the finish announcing it) go with it."""
     now = timezone.now()
     with transaction.atomic():
+        if log is not None:
+            log.flush_sync()
         failed = (
             Run.objects.filter(pk=run.pk)
             .exclude(status__in=Run.FINAL_STATUSES)
@@ -226,15 +240,15 @@ def complete_run(run: Run, log: ChunkLog) -> None:
             log.flush_sync()
             return
         chunks, next_seq = log.take_buffer()
-        RunChunk.objects.bulk_create(chunks)
         # The run's next_seq goes with its completion; only a run that ended meanwhile needs its own UPDATE.
         completed = (
-            Run.objects.filter(pk=run.pk)
+            log.run_row()
             .exclude(status__in=Run.FINAL_STATUSES)
             .update(status=Run.Status.COMPLETED, completed_at=timezone.now(), next_seq=next_seq)
         )
         if not completed:
-            Run.objects.filter(pk=run.pk).update(next_seq=next_seq)
+            log.fenced_update(next_seq=next_seq)
+        RunChunk.objects.bulk_create(chunks)
         Snapshot.objects.filter(run=run).delete()
         if completed:
             _record_final_event(outbox.RUN_COMPLETED, run.pk, run.agent_id)
@@ -300,6 +314,26 @@ def step_outputs_complete(step: RunStep) -> bool:
     return all(e["function"]["output"] is not None for e in step.step_details["toolCalls"])
 
 
+def calls_without_output(step: RunStep) -> list[dict]:
+    """The step's calls that have no output yet: ``{id, name, args}`` (args as the model gave them)."""
+    return [
+        {"id": e["id"], "name": e["function"]["name"], "args": e["function"]["arguments"]}
+        for e in step.step_details["toolCalls"]
+        if e["function"]["output"] is None
+    ]
+
+
+def approved_call_ids(run_id: str, tool_call_ids: list[str]) -> set[str]:
+    """Of these calls, those approved already (by a standing grant, as the loop ran them)."""
+    approved = Decision.objects.filter(run_id=run_id, tool_call_id__in=tool_call_ids, kind=Decision.Kind.APPROVE)
+    return set(approved.values_list("tool_call_id", flat=True))
+
+
+def positions(step: RunStep) -> dict[str, int]:
+    """Each call's place in its step (the order the model gave them)."""
+    return {e["id"]: i for i, e in enumerate(step.step_details["toolCalls"])}
+
+
 def complete_tool_step(step_id: str) -> None:
     RunStep.objects.filter(pk=step_id, status=RunStep.Status.IN_PROGRESS).update(
         status=RunStep.Status.COMPLETED, completed_at=timezone.now()
@@ -312,7 +346,7 @@ def suspended_run_ttl(agent_ttl: float | None) -> timedelta | None:
 
 
 def record_suspension(
-    run: Run, step_id: str, log: ChunkLog, *, opens: list[dict], ttl: timedelta | None, new_calls: bool = False
+    run: Run, step_id: str, log: ChunkLog, *, opens: list[OpenCall], ttl: timedelta | None, new_calls: bool = False
 ) -> None:
     """The run waits for people: open calls recorded together, snapshot written, status ``suspended``.
 
@@ -326,40 +360,42 @@ def record_suspension(
             if new_calls
             else {
                 c.tool_call_id: c
-                for c in SuspendedToolCall.objects.filter(run=run, tool_call_id__in=[o["tool_call_id"] for o in opens])
+                for c in SuspendedToolCall.objects.filter(run=run, tool_call_id__in=[o.tool_call_id for o in opens])
             }
         )
         created = []
-        for position, call in enumerate(opens):
+        for call in opens:
+            waiting, inner = call.waiting, call.waiting.inner
             fields = {
                 "step_id": step_id,
-                "tool_name": call["tool_name"],
-                "args": call["args"],
-                "requires_approval": call["requires_approval"],
-                "risk": call.get("risk") or ("medium" if call["requires_approval"] else "low"),
-                "suspend_payload": call.get("suspend_payload"),
-                "resume_schema": call.get("resume_schema"),
-                "position": call.get("position", position),
+                "tool_name": call.tool_name,
+                "args": call.args,
+                "requires_approval": waiting.requires_approval,
+                "risk": call.risk,
+                "approvals_required": call.approvals_required,
+                "pending_args": None,
+                "suspend_payload": waiting.suspend_payload,
+                "resume_schema": waiting.resume_schema,
+                "position": call.position,
                 "status": SuspendedToolCall.Status.OPEN,
                 "decision": None,
-                "inner_agent_id": call.get("inner_agent_id"),
-                "inner_run_id": call.get("inner_run_id"),
-                "inner_tool_call_id": call.get("inner_tool_call_id"),
+                "inner_agent_id": inner.agent_id if inner else None,
+                "inner_run_id": inner.run_id if inner else None,
+                "inner_tool_call_id": inner.tool_call_id if inner else None,
                 # A timeout policy's deadlines (approval calls of a tool with approval_timeout).
-                "timeout_at": call.get("timeout_at"),
-                "warn_at": call.get("warn_at"),
-                "on_timeout": call.get("on_timeout"),
+                "timeout_at": call.timeout_at,
+                "warn_at": call.warn_at,
+                "on_timeout": call.on_timeout,
                 # When this suspension began: a decision's time to decision runs from here (a resumed
                 # call that suspends again starts waiting anew).
                 "created_at": now,
             }
-            row = existing.get(call["tool_call_id"])
+            row = existing.get(call.tool_call_id)
             if row is None:
-                # A call a standing grant approved that then suspends: its first suspension is 1
-                # (suspension 0 is the grant's decision).
-                suspension = call.get("suspension", 0)
                 created.append(
-                    SuspendedToolCall(run=run, tool_call_id=call["tool_call_id"], suspension=suspension, **fields)
+                    SuspendedToolCall(
+                        run=run, tool_call_id=call.tool_call_id, suspension=call.first_suspension, **fields
+                    )
                 )
             else:  # a resumed tool suspended again: a new suspension of the same call
                 for key, value in fields.items():
@@ -393,15 +429,15 @@ def record_suspension(
                 runId=run.id,
                 agentId=run.agent_id,
                 threadId=run.thread_id,
-                toolCallIds=[c["tool_call_id"] for c in opens],
+                toolCallIds=[c.tool_call_id for c in opens],
             )
         )
     run.status = Run.Status.SUSPENDED
 
 
 def suspended_run(run: Run, suspended_at: Any) -> SuspendedRun:
-    """The run as the listing shows it (``AgentRun``, docs/api.md#the-listing), with the calls open now."""
-    calls = SuspendedToolCall.objects.filter(run_id=run.pk, status=SuspendedToolCall.Status.OPEN)
+    """The run as the listing shows it (docs/api.md#the-listing), with the calls open now."""
+    calls = describe_open_calls(SuspendedToolCall.objects.filter(run_id=run.pk).order_by("position", "id"))
     return SuspendedRun(
         run_id=run.pk,
         agent_id=run.agent_id,
@@ -409,7 +445,8 @@ def suspended_run(run: Run, suspended_at: Any) -> SuspendedRun:
         resource_id=run.resource_id,
         created_at=run.created_at,
         suspended_at=suspended_at,
-        tool_calls=[SuspendedRunToolCall.from_row(c) for c in calls.order_by("position", "id")],
+        started_by=run.started_by_username,
+        tool_calls=calls.get(run.pk, []),
     )
 
 
@@ -458,6 +495,7 @@ def create_run(
     options: dict,
     parent_run_id: str | None = None,
     parent_tool_call_id: str | None = None,
+    started_by: Any = None,
 ) -> Run:
     """A queued run on its thread (a thread of its own when no memory is given), with its input."""
     thread_id = thread_id or new_id("thread")
@@ -472,6 +510,8 @@ def create_run(
             parent_tool_call_id=parent_tool_call_id,
             metadata=metadata,
             options=options,
+            started_by=started_by,
+            started_by_username=started_by.get_username() if started_by is not None else None,
         )
         Message.objects.bulk_create(
             [Message(thread_id=thread_id, run=run, role=m["role"], content=m["content"]) for m in messages]

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+from agentrun.core import outages
+from agentrun.core.fanout import SubscriberInterrupted
 
 _producers: set[asyncio.Task] = set()  # strong references: a running producer is never collected
 
@@ -61,8 +64,12 @@ class RunStream:
             except BaseException as exc:
                 if not self._first_turn.done():
                     self._first_turn.set_exception(exc)
+                    self._first_turn.exception()  # retrieved: the consumer gets it (or never asked)
                 self._queue.put_nowait(exc)
-                raise
+                if not isinstance(exc, Exception):  # cancelled, or the process is exiting
+                    raise
+                # The consumer gets the error from the queue: it is not the task's to report too
+                # ("Task exception was never retrieved").
             finally:
                 self._queue.put_nowait(_END)
                 if not self._done.done():
@@ -79,13 +86,18 @@ class RunStream:
 
         async def produce(s: RunStream) -> None:
             turn: list[dict] = []
-            async with contextlib.aclosing(chunks) as source:
-                async for chunk in source:
-                    s.sink(chunk)
-                    turn.append(chunk)
-                    if chunk["type"] == "finish":
-                        s.first_turn_done(TurnSummary.of(turn))
-                        return
+            # An async generator (fanout.subscribe): closed when the segment ends, whatever happens.
+            async with contextlib.aclosing(cast(AsyncGenerator[dict], chunks)) as source:
+                try:
+                    async for chunk in source:
+                        s.sink(chunk)
+                        turn.append(chunk)
+                        if chunk["type"] == "finish":
+                            s.first_turn_done(TurnSummary.of(turn))
+                            return
+                except SubscriberInterrupted as exc:
+                    # The database stayed away: the run goes on server-side; say where to pick it up.
+                    raise outages.unavailable(exc, runId=s.run_id, resumeAfter=exc.resume_after) from exc
             # The run ended without this segment (cancelled before a worker took it up).
             s.first_turn_done(TurnSummary.of([*turn, {"type": "finish", "payload": {"finishReason": "cancelled"}}]))
 

@@ -7,7 +7,7 @@ decision to the inner call and resumes the inner run (``Segment._decide_inner``)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic
 
@@ -15,9 +15,7 @@ from agentrun.engine import store
 from agentrun.engine.loop import Segment, inner_outcome
 from agentrun.engine.runtime import db
 from agentrun.engine.tools import InnerRunSuspended, Tool, ToolContext
-
-if TYPE_CHECKING:
-    from agentrun.engine.agents import Agent
+from agentrun.engine.types import AgentSpec
 
 
 class SubAgentArgs(pydantic.BaseModel):
@@ -28,7 +26,7 @@ class SubAgentArgs(pydantic.BaseModel):
 class SubAgentTool(Tool):
     """``agent-<id>``: runs a sub-agent on the outer run's thread; its approvals surface on the outer call."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentSpec) -> None:
         super().__init__(
             None,
             id=f"agent-{agent.id}",
@@ -51,7 +49,8 @@ class SubAgentTool(Tool):
         await Segment(self.agent, run.id).run()
         outcome = await inner_outcome(self.agent, run.id)
         if outcome.status == "suspended":
-            raise InnerRunSuspended(outcome.open_call or {})
+            assert outcome.waiting is not None
+            raise InnerRunSuspended(outcome.waiting)
         if outcome.status == "error":
             raise RuntimeError(outcome.output)
         return outcome.result

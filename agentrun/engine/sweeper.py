@@ -12,7 +12,7 @@ import threading
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agentrun.core import outbox, retention, workers
+from agentrun.core import outages, outbox, retention, workers
 from agentrun.engine import background, lease, runtime, timeouts
 from agentrun.engine.decisions import expire_due_runs
 from agentrun.engine.dispatch import continue_run
@@ -57,7 +57,9 @@ async def run_forever(interval: float | None = None, stop: threading.Event | Non
     while not stop.is_set():
         try:
             await sweep_once()
-        except Exception:  # the sweep must outlive a bad round (a database restart, say)
+        except outages.INFRASTRUCTURE_ERRORS as exc:  # the next round goes on once the service answers
+            outages.failed(exc)
+        except Exception:  # the sweep must outlive a bad round
             if stop.is_set():
                 return  # the process is exiting under this round: not a failure
             logger.exception("sweep failed")

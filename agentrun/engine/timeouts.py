@@ -18,14 +18,16 @@ deadline after the run's expiry never comes.
 from __future__ import annotations
 
 import logging
+from functools import partial
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from agentrun.core import metrics, outbox, rollup
 from agentrun.core.errors import AgentRunError
-from agentrun.core.models import Decision, SuspendedToolCall
-from agentrun.core.selectors import SuspendedRunToolCall
+from agentrun.core.models import SuspendedToolCall
+from agentrun.core.selectors import describe_open_calls
 from agentrun.core.timeutil import iso
 from agentrun.engine import decisions, service
 from agentrun.engine.registry import get_agent
@@ -60,14 +62,20 @@ def _policy(call: SuspendedToolCall) -> TimeoutPolicy | None:
     return tool.timeout_policy if tool is not None else None
 
 
+def _described(call: SuspendedToolCall) -> dict | None:
+    """The call as the listing shows it (None once it no longer waits)."""
+    calls = describe_open_calls(SuspendedToolCall.objects.filter(pk=call.pk)).get(call.run_id, [])
+    return calls[0].to_dict() if calls else None
+
+
 def _data(call: SuspendedToolCall) -> dict:
     policy = _policy(call)
-    data = {
+    data: dict[str, Any] = {
         "runId": call.run_id,
         "agentId": call.run.agent_id,
         "threadId": call.run.thread_id,
         "resourceId": call.run.resource_id,
-        "toolCall": SuspendedRunToolCall.from_row(call).to_dict(),
+        "toolCall": _described(call),
         "timeoutAt": iso(call.timeout_at),
         "onTimeout": call.on_timeout,
     }
@@ -91,7 +99,7 @@ def send_due_warnings() -> int:
         with transaction.atomic():
             if _claim(call, "warn_at"):
                 outbox.record(
-                    outbox.TIMEOUT_WARNING, agent_id=call.run.agent_id, run_id=call.run_id, data=lambda c=call: _data(c)
+                    outbox.TIMEOUT_WARNING, agent_id=call.run.agent_id, run_id=call.run_id, data=partial(_data, call)
                 )
                 sent += 1
     return sent
@@ -131,13 +139,14 @@ def _apply(call: SuspendedToolCall) -> bool:
         return decisions.cancel_on_timeout(
             run_id=call.run_id, tool_call_id=call.tool_call_id, reason=reason, details=details
         )
-    service.decide_tool_call(
-        agent_id=call.run.agent_id,
-        run_id=call.run_id,
-        tool_call_id=call.tool_call_id,
-        kind=outcome,
-        reason=reason,
-        via=Decision.Via.POLICY,
-        details=details,
+    service.decide(
+        service.DecisionCommand.one(
+            agent_id=call.run.agent_id,
+            run_id=call.run_id,
+            tool_call_id=call.tool_call_id,
+            kind=outcome,
+            reason=reason,
+            decider=service.Decider.policy(details),
+        )
     )
     return True

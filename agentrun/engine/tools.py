@@ -8,13 +8,16 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import pydantic
 
 from agentrun.core.errors import AgentRunError
 from agentrun.engine.inputs import json_problem
+
+if TYPE_CHECKING:
+    from agentrun.engine.types import Risk, Waiting
 
 ApprovalPolicy = bool | Callable[["ToolContext", dict], bool | Awaitable[bool]]
 RISKS = ("low", "medium", "high")
@@ -87,9 +90,9 @@ class ToolSuspended(Exception):  # noqa: N818 - a control-flow signal, not an er
 class InnerRunSuspended(Exception):  # noqa: N818 - a control-flow signal, not an error
     """Raised by a sub-agent tool whose run waits for a person: the outer call surfaces its open call."""
 
-    def __init__(self, open_call: dict) -> None:
+    def __init__(self, waiting: Waiting) -> None:
         super().__init__("inner run suspended")
-        self.open_call = open_call
+        self.waiting = waiting
 
 
 @dataclass
@@ -133,6 +136,7 @@ class Tool:
         on_timeout: str | None = None,
         timeout_warning: float | timedelta | None = None,
         escalate_to: str | list[str] | None = None,
+        approvals_required: int | None = None,
     ) -> None:
         self.id = id
         self.fn = fn
@@ -142,12 +146,21 @@ class Tool:
             raise ValueError(f"risk must be one of {', '.join(RISKS)}, not {risk!r}")
         # How dangerous a call is, for the person deciding it (docs/runs.md#approval): an approval tool is
         # "medium" unless it says otherwise; a tool that runs on its own is "low".
-        self.explicit_risk = risk
-        self.risk = risk or ("medium" if requires_approval else "low")
+        self.explicit_risk: Risk | None = risk  # type: ignore[assignment]  # checked above: one of RISKS
+        self.risk: Risk = self.explicit_risk or ("medium" if requires_approval else "low")
         self.background = {} if background is True else (dict(background) if background else None)
         # What happens when nobody decides in time (agentrun.engine.timeouts); None: the call waits
         # until someone decides or the agent's suspended_run_ttl expires the run.
         self.timeout_policy = TimeoutPolicy.build(approval_timeout, on_timeout, timeout_warning, escalate_to)
+        # How many distinct people approve a call before it runs (None: the agent's default, 1 unless
+        # the agent says otherwise). docs/api.md#approvals
+        self.approvals_required = check_approvals_required(approvals_required)
+        if self.timeout_policy is not None and self.timeout_policy.on_timeout == "approve":
+            # Nobody sees what a timeout approves: never a high-risk call, never one that needs people.
+            if self.risk == "high":
+                raise ValueError('on_timeout="approve" cannot approve a risk="high" tool: nobody would see it')
+            if (approvals_required or 1) > 1:
+                raise ValueError('on_timeout="approve" cannot stand in for approvals_required people')
         self._ctx_param: str | None = None
         self.args_model = args_model or self._args_model_from_hints()
         self._resume_model: type[pydantic.BaseModel] | None = None
@@ -235,7 +248,7 @@ class Tool:
         return data
 
     # --- policy and execution -------------------------------------------------------------------
-    def call_risk(self, *, requires_approval: bool) -> str:
+    def call_risk(self, *, requires_approval: bool) -> Risk:
         """The risk of one call: the tool's own, else "medium" when this call waits for approval
         (a callable policy, or ``require_tool_approval``), else "low"."""
         return self.explicit_risk or ("medium" if requires_approval else "low")
@@ -276,6 +289,12 @@ class Tool:
         return f"<Tool {self.id}>"
 
 
+def check_approvals_required(value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10):
+        raise ValueError(f"approvals_required must be a whole number from 1 to 10, not {value!r}")
+    return value
+
+
 def tool(
     fn: Callable | None = None,
     *,
@@ -289,8 +308,12 @@ def tool(
     on_timeout: str | None = None,
     timeout_warning: float | timedelta | None = None,
     escalate_to: str | list[str] | None = None,
+    approvals_required: int | None = None,
 ) -> Any:
     """Declare a tool: ``@tool(id="send-email", requires_approval=True, risk="high")`` on an async function.
+
+    ``approvals_required``: how many distinct people must approve the same arguments before a call
+    runs (default: the agent's, 1); an edit starts the count again, one decline ends it.
 
     ``approval_timeout`` (seconds or a timedelta): a call waiting for approval that long gets
     ``on_timeout`` — ``"decline"`` (the default), ``"approve"``, ``"cancel_run"`` or ``"escalate"``
@@ -311,6 +334,7 @@ def tool(
             on_timeout=on_timeout,
             timeout_warning=timeout_warning,
             escalate_to=escalate_to,
+            approvals_required=approvals_required,
         )
 
     return wrap(fn) if fn is not None else wrap

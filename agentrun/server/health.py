@@ -30,9 +30,11 @@ from django.urls import re_path
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from agentrun.core import outages
 from agentrun.core import workers as workers_seen
 
 LAYER_TIMEOUT_SECONDS = 2.0
+DATABASE_TIMEOUT_SECONDS = 2.0  # a pooled connection, at most (the pool's own timeout is for requests)
 
 # Set when this web process drains after SIGTERM (agentrun.server.web): /healthz answers 503 "draining"
 # so that a load balancer stops sending it requests.
@@ -42,11 +44,21 @@ draining = False
 def _check_database() -> dict[str, Any]:
     started = time.perf_counter()
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
+        pool = getattr(connection, "pool", None)
+        if pool is not None:
+            # What a request would get: a checked connection of the pool (none kept from before an
+            # outage), within DATABASE_TIMEOUT_SECONDS rather than the pool's request timeout.
+            pool.open()
+            with pool.connection(timeout=DATABASE_TIMEOUT_SECONDS) as conn:
+                conn.execute("SELECT 1").fetchone()
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+                cursor.fetchone()
     except Exception as exc:  # any failure of the database is the answer, not a 500
+        outages.failed(exc)
         return {"ok": False, "latencyMs": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    outages.database.reached()
     return {"ok": True, "latencyMs": round((time.perf_counter() - started) * 1000, 2)}
 
 
@@ -66,10 +78,12 @@ async def _check_channel_layer() -> dict[str, Any]:
             message = await layer.receive(channel)
         if message.get("nonce") != nonce:
             return {"ok": False, "backend": backend, "error": "the layer returned another message"}
+        outages.channel_layer.reached()
         return {"ok": True, "backend": backend, "latencyMs": round((time.perf_counter() - started) * 1000, 2)}
     except TimeoutError:
         return {"ok": False, "backend": backend, "error": f"no answer within {LAYER_TIMEOUT_SECONDS} s"}
     except Exception as exc:  # a refused connection, a bad URL: the answer, not a 500
+        outages.failed(exc)
         return {"ok": False, "backend": backend, "error": f"{type(exc).__name__}: {exc}"[:300]}
 
 

@@ -19,6 +19,8 @@ What it changes in daphne (4.x, autobahn underneath):
   a consumer feels a slow client (``ws/runs`` then closes it with 4008 once it is too far behind, see
   ``agentrun.core.fanout.SubscriberBehind``), and the closing handshake waits up to
   ``CLOSE_HANDSHAKE_SECONDS`` for the client to read what was sent before the close frame.
+- **The access log** never shows a secret that travels in a URL: signed decision links, password reset
+  tokens and ``?token=`` are ``[redacted]`` (``redact``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -35,6 +38,7 @@ import time
 from typing import Any
 
 from autobahn.websocket.protocol import WebSocketProtocol as AutobahnProtocol
+from daphne.access import AccessLogGenerator
 from daphne.cli import CommandLineInterface
 from daphne.server import Server as DaphneServer
 from daphne.server import reactor
@@ -111,6 +115,31 @@ class WebSocketProtocol(DaphneWebSocketProtocol):
             self.sendClose(code=code, reason=reason or None)
 
 
+# Secrets that travel in URLs: a signed decision link's token, a password reset token, ``?token=`` (an
+# API token, as websocket clients may send it) and the like. The access log keeps the rest of the line.
+_SECRET_PATHS = [
+    (re.compile(r"^(/approvals/links/)[^/?]+"), r"\1[redacted]"),
+    (re.compile(r"^(/accounts/reset/[^/]+/)[^/?]+"), r"\1[redacted]"),
+]
+_SECRET_PARAMS = re.compile(r"(?i)([?&](?:token|key|access_token|api_key)=)[^&#]*")
+
+
+def redact(path: str) -> str:
+    """``path`` as the access log may show it (docs/security.md, "Access logs")."""
+    for pattern, replacement in _SECRET_PATHS:
+        path = pattern.sub(replacement, path)
+    return _SECRET_PARAMS.sub(r"\1[redacted]", path)
+
+
+class RedactingAccessLog(AccessLogGenerator):
+    """Daphne's access log, with ``redact``ed paths."""
+
+    def __call__(self, protocol: str, action: str, details: dict) -> None:
+        if isinstance(details.get("path"), str):
+            details = {**details, "path": redact(details["path"])}
+        super().__call__(protocol, action, details)
+
+
 class Server(DaphneServer):
     """Daphne's server whose websocket factory builds ``WebSocketProtocol`` above, and that drains on
     SIGTERM / SIGINT instead of stopping at once:
@@ -128,6 +157,9 @@ class Server(DaphneServer):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        logger_ = kwargs.get("action_logger")
+        if isinstance(logger_, AccessLogGenerator) and not isinstance(logger_, RedactingAccessLog):
+            kwargs["action_logger"] = RedactingAccessLog(logger_.stream)
         super().__init__(*args, **kwargs)
         self.ports: list[Any] = []
         self.drain_seconds = float(os.environ.get("AGENTRUN_DRAIN_SECONDS", "10"))

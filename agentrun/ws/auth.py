@@ -1,14 +1,28 @@
 """Websocket authentication: the session cookie, ``Authorization: Token <key>`` (or ``Bearer <key>``), or
-``?token=<key>``."""
+``?token=<key>``; and the limits of docs/security.md ("Throttling") that apply before a consumer runs:
+
+- failed token authentications count per client address together with REST's
+  (``AGENTRUN_TOKEN_FAILURE_RATE``); past the limit a token is not even looked up (the socket is
+  anonymous, so refused as any anonymous one);
+- a person has at most ``AGENTRUN_WS_MAX_PER_USER`` sockets open on one web process; one more is
+  accepted and closed at once with code ``4029`` ("too many open websockets").
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.middleware import BaseMiddleware
+from django.conf import settings
+
+from agentrun.api.authentication import token_failures
+from agentrun.core.throttle import client_address
+
+TOO_MANY_SOCKETS = 4029
 
 
 @database_sync_to_async
@@ -17,6 +31,14 @@ def _user_for_token(key: str) -> Any:
 
     token = Token.objects.select_related("user").filter(key=key).first()
     return token.user if token is not None and token.user.is_active else None
+
+
+def _client_address(scope: dict) -> str:
+    meta = {"REMOTE_ADDR": (scope.get("client") or [""])[0]}
+    for name, value in scope.get("headers", []):
+        if name == b"x-forwarded-for":
+            meta["HTTP_X_FORWARDED_FOR"] = value.decode("latin-1")
+    return client_address(meta)
 
 
 class TokenAuthMiddleware(BaseMiddleware):
@@ -29,12 +51,40 @@ class TokenAuthMiddleware(BaseMiddleware):
         if key is None:
             key = (parse_qs(scope.get("query_string", b"").decode()).get("token") or [None])[0]
         if key:
-            user = await _user_for_token(key)
+            address, limit = _client_address(scope), token_failures()
+            user = None if limit.wait(address) is not None else await _user_for_token(key)
             if user is not None:
                 scope = dict(scope, user=user)
+            else:
+                limit.hit(address)
         return await super().__call__(scope, receive, send)
 
 
+class SocketCap(BaseMiddleware):
+    """At most ``AGENTRUN_WS_MAX_PER_USER`` open sockets per person in this process (the event loop's
+    thread is the only one counting: no lock)."""
+
+    open_sockets: Counter = Counter()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
+        user = scope.get("user")
+        if scope.get("type") != "websocket" or not getattr(user, "is_authenticated", False):
+            return await super().__call__(scope, receive, send)
+        cap = settings.AGENTRUN_WS_MAX_PER_USER
+        if cap and self.open_sockets[user.pk] >= cap:
+            await receive()  # the handshake: accepted only to say why it closes
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": TOO_MANY_SOCKETS, "reason": "too many open websockets"})
+            return None
+        self.open_sockets[user.pk] += 1
+        try:
+            return await super().__call__(scope, receive, send)
+        finally:
+            self.open_sockets[user.pk] -= 1
+            if not self.open_sockets[user.pk]:
+                del self.open_sockets[user.pk]
+
+
 def AuthStack(inner: Any) -> Any:  # noqa: N802 - reads like Channels' own AuthMiddlewareStack
-    # Session first, then a token (when given) replaces the anonymous user.
-    return AuthMiddlewareStack(TokenAuthMiddleware(inner))
+    # Session first, then a token (when given) replaces the anonymous user; then the per-person cap.
+    return AuthMiddlewareStack(TokenAuthMiddleware(SocketCap(inner)))

@@ -1,8 +1,14 @@
-"""Websockets (docs/api.md#websockets). Thin: authorize, then relay the fan-out or the Python API."""
+"""Websockets (docs/api.md#websockets). Thin: authorize, then relay the fan-out or the Python API.
+
+No socket goes silent: a stream that cannot go on closes with a code that says why and where to resume,
+or (``ws/agents``) sends an error frame that says so (docs/api.md#websocket-close-codes); ``OutageGuard``
+closes what a consumer did not handle.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -10,24 +16,40 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from agentrun.api.bodies import decision_kwargs, decode_frame, stream_kwargs
+from agentrun.api.bodies import decision_request, decode_frame, frame_action, stream_kwargs
+from agentrun.core import outages
 from agentrun.core.access import START_PERMISSION, can_decide, can_view, in_agent_scope
 from agentrun.core.errors import AgentRunError
-from agentrun.core.fanout import SubscriberBehind, SubscriberReset, subscribe
-from agentrun.core.models import Run
-from agentrun.engine.agents import get_agent
+from agentrun.core.fanout import SubscriberBehind, SubscriberInterrupted, SubscriberReset, subscribe
+from agentrun.core.models import Decision, Run
+from agentrun.engine.agents import follow, get_agent
+from agentrun.engine.runtime import db
+from agentrun.engine.service import Decider, DecisionCommand, decide
+
+logger = logging.getLogger("agentrun.ws")
 
 MESSAGE_TOO_BIG = 1009
+SERVER_ERROR = 1011  # a bug of ours: reconnect (ws/runs: after the seq of the reason)
+TRY_AGAIN_LATER = 1013  # the database or the channel layer is unreachable: reconnect in a few seconds
 SUBSCRIBER_BEHIND = 4008
 SUBSCRIBER_RESET = 4009
+# Our consumers relay the fan-out (fanout.subscribe joins the run's group itself): neither needs a
+# channel of its own, so a socket opens, and follows the log, while Redis is away.
+NO_CHANNEL_LAYER = "agentrun.no-channel-layer"
 
 
-def _error(code: str, message: str) -> dict:
-    return {"type": "error", "error": {"code": code, "message": message}}
+def _error(code: str, message: str, details: dict | None = None) -> dict:
+    """An error frame, as REST's error envelope: ``details`` when the error has any."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = details
+    return {"type": "error", "error": error}
 
 
 class RunStreamConsumer(AsyncJsonWebsocketConsumer):
     """``ws/runs/<runId>/?after=<seq>``: replay after ``seq``, then live, closed (1000) once final."""
+
+    channel_layer_alias = NO_CHANNEL_LAYER
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")
@@ -57,12 +79,22 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
         self.forwarder = asyncio.create_task(self._forward(run_id, after))
 
     async def _forward(self, run_id: str, after: int) -> None:
+        sent = after
         try:
             # send_json waits while the client's connection is backed up (agentrun.server.web), so a
             # slow reader's chunks wait here, counted against AGENTRUN_WS_MAX_LAG.
             chunks = subscribe(run_id, after, until="final", max_lag=settings.AGENTRUN_WS_MAX_LAG, resync=True)
             async for chunk in chunks:
                 await self.send_json(chunk)
+                sent = chunk["seq"]
+        except SubscriberInterrupted as interrupted:
+            # The database stayed away: reconnect in a few seconds after the seq named; nothing is lost.
+            await self.close(code=TRY_AGAIN_LATER, reason=f"resume after={interrupted.resume_after}")
+            return
+        except outages.INFRASTRUCTURE_ERRORS as exc:
+            outages.failed(exc)
+            await self.close(code=TRY_AGAIN_LATER, reason=f"resume after={sent}")
+            return
         except SubscriberBehind as behind:
             # Too far behind: a clean close that says where to resume, never a reset
             # (docs/api.md#websocket-close-codes).
@@ -72,6 +104,10 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             # A takeover replaced chunks this socket was sent live (never logged): the client drops
             # what it got after the seq named and resumes there (README "Production").
             await self.close(code=SUBSCRIBER_RESET, reason=f"resume after={reset.resume_after}")
+            return
+        except Exception:
+            logger.exception("ws/runs %s: the stream failed", run_id)
+            await self.close(code=SERVER_ERROR, reason=f"resume after={sent}")
             return
         await self.close(code=1000)
 
@@ -89,6 +125,8 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
 
 class AgentConsumer(AsyncJsonWebsocketConsumer):
     """``ws/agents/<agentId>/``: ``{"action": "stream"|"approve"|"decline"|"resume", ...}`` → chunks."""
+
+    channel_layer_alias = NO_CHANNEL_LAYER
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")
@@ -139,43 +177,101 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if self.agent is None:
             return
-        if content is _MALFORMED or not isinstance(content, dict):
+        if content is _MALFORMED:
             await self.send_json(_error("INVALID_REQUEST", "a frame is a JSON object with an action"))
             return
-        action = content.get("action")
         try:
+            # The REST bodies' models, strict as over REST: a frame's keys are its action's body's,
+            # plus "action" and "runId".
+            action, run_id, fields = frame_action(content)
             if action == "stream":
                 if not await sync_to_async(self.user.has_perm)(START_PERMISSION):
                     raise AgentRunError("PERMISSION_DENIED", "You may not start runs.")
-                stream = await self.agent.stream(**stream_kwargs(content), dispatch=True)
-            elif action in ("approve", "decline", "resume"):
+                stream = await self.agent.stream(**stream_kwargs(fields), started_by=self.user, dispatch=True)
+            else:
                 if not await sync_to_async(can_decide)(self.user):
                     raise AgentRunError("PERMISSION_DENIED", "You may not decide tool calls.")
-                run_id = content.get("runId")
-                if not isinstance(run_id, str):
-                    raise AgentRunError("INVALID_REQUEST", "runId is required")
-                kwargs_ = decision_kwargs(action, content)
                 # The one decision service, as every door; the continuation runs server-side and
                 # reaches this socket through the run's chunk log.
-                if action == "resume":
-                    stream = await self.agent.resume_stream(
-                        kwargs_.pop("resume_data"), run_id=run_id, decided_by=self.user, via="websocket", **kwargs_
-                    )
-                else:
-                    method = self.agent.approve_tool_call if action == "approve" else self.agent.decline_tool_call
-                    stream = await method(run_id=run_id, decided_by=self.user, via="websocket", **kwargs_)
-            else:
-                raise AgentRunError("INVALID_REQUEST", "action must be stream, approve, decline or resume")
+                command = DecisionCommand(
+                    agent_id=self.agent.id,
+                    run_id=run_id or "",
+                    requests=(decision_request(action, fields),),
+                    decider=Decider.person(self.user, via=Decision.Via.WEBSOCKET),
+                )
+                outcome = await db(decide)(command)
+                if not outcome.continue_run_id:
+                    # An approval towards a quorum: nothing runs yet. Say so, as REST's 202 does
+                    # (docs/api.md#wsagents): the call waits for another person.
+                    await self.send_json({"type": "decision", **outcome.to_dict()})
+                    return
+                stream = follow(outcome)
+        except outages.INFRASTRUCTURE_ERRORS as exc:
+            # Sending the same frame again is safe: a decision already recorded answers so.
+            await self.send_json(_unavailable(exc))
+            return
         except AgentRunError as exc:
-            await self.send_json(_error(exc.code, exc.message))
+            await self.send_json(_error(exc.code, exc.message, exc.details))
             return
         task = asyncio.create_task(self._forward(stream))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def _forward(self, stream: Any) -> None:
-        async for chunk in stream.full_stream:
-            await self.send_json(chunk)
+        """Relay one run's chunks. When that cannot go on, an error frame names the run and the seq to
+        pick it up after (``ws/runs/<runId>/?after=<resumeAfter>``); the socket stays usable."""
+        sent = 0
+        try:
+            async for chunk in stream.full_stream:
+                await self.send_json(chunk)
+                sent = chunk["seq"]
+        except AgentRunError as exc:  # SERVICE_UNAVAILABLE with {runId, resumeAfter} (engine/stream.py)
+            await self.send_json(_error(exc.code, exc.message, exc.details))
+        except outages.INFRASTRUCTURE_ERRORS as exc:
+            await self.send_json(_unavailable(exc, runId=stream.run_id, resumeAfter=sent))
+        except Exception:
+            logger.exception("ws/agents: relaying run %s failed", stream.run_id)
+            details = {"runId": stream.run_id, "resumeAfter": sent}
+            await self.send_json(_error("server_error", "Relaying the run failed.", details))
+
+
+def _unavailable(exc: BaseException, **details: Any) -> dict:
+    return {"type": "error", **outages.unavailable(exc, **details).to_dict()}
 
 
 _MALFORMED = object()
+
+
+class OutageGuard:
+    """ASGI middleware around the websocket routes: an error no consumer handled never leaves a socket
+    open and silent, nor turns its handshake into an HTTP 500. The database or the channel layer
+    unreachable (checking the user, joining a group, …): accepted and closed **1013** "try again later";
+    any other error: closed **1011** (docs/api.md#websocket-close-codes)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        state = {"accepted": False, "closed": False}
+
+        async def tracked(message: dict) -> None:
+            if message["type"] == "websocket.accept":
+                state["accepted"] = True
+            elif message["type"] == "websocket.close":
+                state["closed"] = True
+            await send(message)
+
+        try:
+            await self.inner(scope, receive, tracked)
+            return
+        except outages.INFRASTRUCTURE_ERRORS as exc:
+            outages.failed(exc)
+            code, reason = TRY_AGAIN_LATER, "try again later"
+        except Exception:
+            logger.exception("websocket %s failed", scope.get("path"))
+            code, reason = SERVER_ERROR, "server error"
+        if state["closed"]:
+            return
+        if not state["accepted"]:  # a close code needs an open socket: a refused handshake has none
+            await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": code, "reason": reason})

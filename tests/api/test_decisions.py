@@ -230,9 +230,11 @@ def test_idempotency_keys_are_per_user(api, reviewer):
     run_id = two_call_run()
     first, second = open_call_ids(run_id)
     headers = {"Idempotency-Key": "same"}
-    assert api.post(url(run_id, "approve"), {"toolCallId": first}, format="json", headers=headers).status_code == 202
+    body = {"toolCallId": first, "argsFingerprint": shown_fingerprint(run_id, first)}
+    assert api.post(url(run_id, "approve"), body, format="json", headers=headers).status_code == 202
     wait_rested(run_id)
-    response = token_client(other).post(url(run_id, "approve"), {"toolCallId": second}, format="json", headers=headers)
+    body = {"toolCallId": second, "argsFingerprint": shown_fingerprint(run_id, second)}
+    response = token_client(other).post(url(run_id, "approve"), body, format="json", headers=headers)
     assert response.status_code == 202 and response.json()["toolCallId"] == second
     wait_rested(run_id)
 
@@ -346,6 +348,13 @@ def test_a_malformed_batch_is_400(api, body):
     response = api.post(url(run_id, "decisions"), body, format="json")
     assert response.status_code == 400 and error_code(response) == "INVALID_REQUEST"
     assert_unchanged(run_id, open_calls=2)
+
+
+def shown_fingerprint(run_id: str, tool_call_id: str) -> str:
+    """The ``argsFingerprint`` a client reads in the listing for this call (what it shows)."""
+    from agentrun.engine.decisions import shown_fingerprint as of_call
+
+    return of_call(SuspendedToolCall.objects.get(run_id=run_id, tool_call_id=tool_call_id))
 
 
 def open_call_ids_in_order(run_id: str) -> list[str]:

@@ -47,7 +47,17 @@ def test_lists_own_runs_newest_first_with_the_contract_shape(api, runs):
     assert body["total"] == 4
     assert ids(response) == [runs["d"], runs["c"], runs["b"], runs["a"]]  # the billing run is not listed
     run = body["runs"][0]
-    assert set(run) == {"runId", "agentId", "status", "threadId", "resourceId", "createdAt", "suspendedAt", "toolCalls"}
+    assert set(run) == {
+        "runId",
+        "agentId",
+        "status",
+        "threadId",
+        "resourceId",
+        "createdAt",
+        "suspendedAt",
+        "startedBy",
+        "toolCalls",
+    }
     assert run["status"] == "suspended" and run["agentId"] == "support-agent"
     assert run["createdAt"] == "2026-01-13T12:00:00.000000Z"
     [call] = run["toolCalls"]
@@ -60,8 +70,10 @@ def test_lists_own_runs_newest_first_with_the_contract_shape(api, runs):
         "resumeSchema",
         "risk",
         "argsFingerprint",
+        "approvals",
     }
     assert call["toolName"] == "send-email" and call["requiresApproval"] is True
+    assert call["approvals"] == {"required": 1, "given": []}
     # docs/api.md#the-listing: the demo's send-email is a medium-risk tool; the fingerprint is of the listed args.
     assert call["risk"] == "medium"
     canonical = json.dumps(call["args"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)

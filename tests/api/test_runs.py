@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agentrun.core.models import Decision, RunStep
+from agentrun.core.models import Decision, RunStep, args_fingerprint
 from tests.api.conftest import ask_run, email_run, refund_run, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,6 +31,7 @@ RUN_FIELDS = {
     "lastError",
     "usage",
     "metadata",
+    "startedBy",
 }
 STEP_FIELDS = {
     "id",
@@ -226,7 +227,9 @@ def test_decisions_audit_trail_with_filters(api):
     email, ask, refund = email_run(thread="t-a", resource="u-1"), ask_run(thread="t-b"), refund_run(thread="t-c")
     api.post(f"/api/agents/support-agent/runs/{email}/decline", {"reason": "no"}, format="json")
     api.post(f"/api/agents/support-agent/runs/{ask}/resume", {"resumeData": {"answer": "Rome"}}, format="json")
-    api.post(f"/api/agents/billing-agent/runs/{refund}/approve", {}, format="json")
+    # refund is high risk: an approval proves what it saw (the fingerprint of the arguments shown).
+    seen = args_fingerprint({"orderId": "o-1", "amount": 5.0})  # as validated: a float
+    api.post(f"/api/agents/billing-agent/runs/{refund}/approve", {"argsFingerprint": seen}, format="json")
     for run_id in (email, ask, refund):
         wait_rested(run_id)
 
@@ -249,6 +252,7 @@ def test_decisions_audit_trail_with_filters(api):
         "decidedBy",
         "via",
         "decidedAt",
+        "argsFingerprint",
     }
     assert (decline["kind"], decline["reason"], decline["decidedBy"], decline["via"]) == (
         "decline",

@@ -41,3 +41,10 @@ def test_every_run_says_how_to_sign_in_and_a_reset_gives_a_new_password(monkeypa
     reviewer.refresh_from_db()
     assert new_password != password and reviewer.check_password(new_password)
     assert printed_password(reset, "viewer")
+
+
+def test_only_the_account_that_audits_in_the_admin_is_staff(monkeypatch):
+    get_user_model().objects.create_user("viewer", is_staff=True)  # seeded as staff by an older demo
+    seed(monkeypatch)
+    staff = dict(get_user_model().objects.values_list("username", "is_staff"))
+    assert staff == {"reviewer": True, "viewer": False}

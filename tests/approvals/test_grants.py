@@ -7,16 +7,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.test import Client
 from django.utils import timezone
 from pydantic import BaseModel
 
 from agentrun import Agent, ToolContext, tool
 from agentrun.core.models import Decision, StandingGrant, SuspendedToolCall, ToolEffect
-from agentrun.engine.service import decide_tool_call
+from agentrun.engine.types import Decider
 from tests.api.conftest import token_client, wait_rested
-from tests.factories import EMAIL, collect, final_answer, of_type, rested, start, tool_line
+from tests.factories import EMAIL, collect, decide_call, final_answer, of_type, rested, start, tool_line
 from tests.notifications.conftest import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -161,39 +161,24 @@ def test_only_those_who_may_decide_the_agent_grant_and_revoke(settings, rita):
     assert StandingGrant.objects.get().revoked_at is None
 
 
-def test_always_approving_a_high_risk_call_takes_the_same_second_step_as_approve(rita):
-    # delete-record is high risk: "Always approve…" approves this call too, so one click must not.
+def test_a_high_risk_call_is_never_always_approved(rita):
+    # delete-record is high risk: nobody would see the calls a grant approves, so there is none to make.
     run_id, chunks = run_email("t-grant-high", tool_id="delete-record")
     [approval] = of_type(chunks, "tool-call-approval")
     call_id = approval["payload"]["toolCallId"]
+    page = rita.get("/approvals/threads/t-grant-high/").content.decode()
+    assert "Always approve…" not in page  # the card does not offer it
     form = {"run_id": run_id, "tool_call_id": call_id, "scope": "thread", "expires_in": "3600"}
-
-    for headers in ({"HTTP_HX_REQUEST": "true"}, {}):  # the card (htmx) and the page without JavaScript
-        asked = rita.post("/approvals/grants/new", form, **headers)
-        page = asked.content.decode()
-        assert asked.status_code == 200 and 'role="alertdialog"' in page and "High risk" in page
-        assert "always approve delete-record of support-agent for thread t-grant-high until" in page
-        assert 'name="confirm" value="high-risk"' in page and "Yes, approve and always approve" in page
+    for extra in ({}, {"confirm": "high-risk"}):  # a forged form, with or without the second step
+        refused = rita.post("/approvals/grants/new", form | extra, HTTP_HX_REQUEST="true")
+        assert refused.status_code == 409 and "a grant never approves it" in refused.content.decode()
     assert not StandingGrant.objects.exists() and not Decision.objects.exists()
-    assert SuspendedToolCall.objects.filter(run_id=run_id, tool_call_id=call_id).exists()
-
-    cancelled = rita.post("/approvals/grants/new", form | {"action": "cancel"}, HTTP_HX_REQUEST="true")
-    assert cancelled.status_code == 200 and "alertdialog" not in cancelled.content.decode()
-    assert "Always approve…" in cancelled.content.decode()  # the card as it was
-    stale = rita.post("/approvals/grants/new", form | {"args_fingerprint": "0" * 64}, HTTP_HX_REQUEST="true")
-    assert stale.status_code == 409 and "Nothing was granted" in stale.content.decode()
-    assert not StandingGrant.objects.exists() and not Decision.objects.exists()
-
-    confirmed = rita.post("/approvals/grants/new", form | {"confirm": "high-risk"}, HTTP_HX_REQUEST="true")
-    assert confirmed.status_code == 200 and "Approved" in confirmed.content.decode()
-    assert wait_rested(run_id).status == "completed"
-    assert Decision.objects.get(run_id=run_id).via == "dashboard"
-    assert StandingGrant.objects.get().tool_name == "delete-record"
+    assert SuspendedToolCall.objects.filter(run_id=run_id, tool_call_id=call_id, status="open").exists()
 
 
 def test_a_call_decided_already_grants_nothing(rita):
     run_id, call_id = suspend_email("t-late")
-    decide_tool_call(agent_id="support-agent", run_id=run_id, kind="decline", decided_by="olga")
+    decide_call(agent_id="support-agent", run_id=run_id, kind="decline", decider=Decider.system("olga"))
     answer = grant(rita, run_id, call_id, HTTP_HX_REQUEST="true")
     assert answer.status_code == 409 and "Nothing was granted" in answer.content.decode()
     assert not StandingGrant.objects.exists()
@@ -221,18 +206,28 @@ def test_the_admin_lists_adds_and_revokes_grants_but_never_deletes_them(client):
 
 
 def test_a_grant_on_a_sub_agents_surfaced_call_approves_the_sub_agents_tool(rita):
-    line = tool_line("agent-billing-agent", {"message": tool_line("refund", {"orderId": "o-9", "amount": 3})})
-    stream, _ = async_to_sync(start)("support-supervisor", line, thread="t-sub-grant")
+    @tool(id="tag-order", requires_approval=True)
+    async def tag_order(orderId: str, tag: str) -> dict:  # noqa: N803
+        return {"tagged": orderId}
+
+    Agent(id="ledger-desk", agents=[Agent(id="ledger-agent", tools=[tag_order])])
+    line = tool_line("agent-ledger-agent", {"message": tool_line("tag-order", {"orderId": "o-9", "tag": "vip"})})
+    stream, _ = async_to_sync(start)("ledger-desk", line, thread="t-sub-grant")
     call = SuspendedToolCall.objects.get(run_id=stream.run_id)
-    asked = grant(rita, stream.run_id, call.tool_call_id)  # refund is high risk: a second step first
-    assert "alertdialog" in asked.content.decode() and not StandingGrant.objects.exists()
-    grant(rita, stream.run_id, call.tool_call_id, confirm="high-risk")
+    assert grant(rita, stream.run_id, call.tool_call_id).status_code == 302
     wait_rested(stream.run_id)
     saved = StandingGrant.objects.get()
-    assert (saved.agent_id, saved.tool_name) == ("billing-agent", "refund")
-    again, chunks = async_to_sync(start)("support-supervisor", line, thread="t-sub-grant")
+    assert (saved.agent_id, saved.tool_name) == ("ledger-agent", "tag-order")
+    again, chunks = async_to_sync(start)("ledger-desk", line, thread="t-sub-grant")
     assert of_type(chunks, "finish")[-1]["payload"]["finishReason"] == "stop"
-    assert Decision.objects.filter(via="policy", agent_id="billing-agent").count() == 1
+    assert Decision.objects.filter(via="policy", agent_id="ledger-agent").count() == 1
+
+    # refund (billing-agent's) is high risk: its surfaced call is never granted.
+    refund = tool_line("agent-billing-agent", {"message": tool_line("refund", {"orderId": "o-9", "amount": 3})})
+    stream, _ = async_to_sync(start)("support-supervisor", refund, thread="t-sub-grant")
+    call = SuspendedToolCall.objects.get(run_id=stream.run_id, status="open")
+    assert grant(rita, stream.run_id, call.tool_call_id, confirm="high-risk").status_code == 302  # refused
+    assert StandingGrant.objects.count() == 1 and not Decision.objects.filter(run_id=stream.run_id).exists()
 
 
 class Confirmation(BaseModel):
@@ -247,7 +242,10 @@ async def test_a_granted_tool_that_then_suspends_is_resumed_like_any_other():
         return {"transferred": amount, "code": ctx.resume_data["code"]}
 
     agent = Agent(id="granted-suspender", tools=[transfer])
-    await StandingGrant.objects.acreate(agent_id=agent.id, tool_name="transfer", scope="thread", scope_id="t-gs")
+    creator = await sync_to_async(make_user)("gina")
+    await StandingGrant.objects.acreate(
+        agent_id=agent.id, tool_name="transfer", scope="thread", scope_id="t-gs", created_by=creator
+    )
     stream, chunks = await start(agent.id, tool_line("transfer", {"amount": 4}), thread="t-gs")
     assert of_type(chunks, "tool-call-suspended") and not of_type(chunks, "tool-call-approval")
     await collect(agent.resume_stream({"code": "123"}, run_id=stream.run_id))

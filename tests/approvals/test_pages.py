@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 
 from agentrun.core.models import SuspendedToolCall
+from agentrun.engine.types import Decider
 from tests.approvals.conftest import suspend
 from tests.factories import EMAIL, record_decision
 
@@ -26,7 +27,7 @@ ODD_IDS = [
     "what?x=1&y=2",
     "h#frag",
     "ünï/çødé 🧵",
-    "tab\tnew\nline",
+    'quote"and<angle>',  # (control characters are refused in ids: tests/security/test_inputs.py)
     "u_2Fx",  # the admin's own escape sequence, as data
     ".",
     "..",
@@ -222,7 +223,7 @@ def test_history_and_the_rest_trail_filter_alike(reviewer):
     client, _ = reviewer
     runs = {t: suspend("send-email", EMAIL, thread=t, resource=f"res-{i}") for i, t in enumerate(["h/a?", "h b#"])}
     for run_id in runs.values():
-        record_decision(agent_id="support-agent", run_id=run_id, kind="decline", decided_by="rita")
+        record_decision(agent_id="support-agent", run_id=run_id, kind="decline", decider=Decider.system("rita"))
     for thread, run_id in runs.items():
         page = client.get(reverse("approvals:history"), {"thread": thread}).content.decode()
         rest = client.get("/api/decisions", {"threadId": thread}).json()["data"]
@@ -260,8 +261,8 @@ def test_history_keeps_the_risk_the_reviewer_saw_after_the_tool_changes_its_decl
     client, _ = reviewer
     deleted = suspend("delete-record", {"table": "orders", "id": 7}, thread="t-risk-del")
     emailed = suspend("send-email", EMAIL, thread="t-risk-mail")
-    record_decision(agent_id="support-agent", run_id=deleted, kind="approve", decided_by="rita")
-    record_decision(agent_id="support-agent", run_id=emailed, kind="decline", decided_by="rita")
+    record_decision(agent_id="support-agent", run_id=deleted, kind="approve", decider=Decider.system("rita"))
+    record_decision(agent_id="support-agent", run_id=emailed, kind="decline", decider=Decider.system("rita"))
     tools = get_agent("support-agent").tools
     for tool_id, risk in (("delete-record", "low"), ("send-email", "high")):
         monkeypatch.setattr(tools[tool_id], "risk", risk)

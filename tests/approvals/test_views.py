@@ -266,7 +266,8 @@ def test_sub_agent_call_is_one_card_naming_the_sub_agent_and_edits_the_inner_cal
     )
     assert response.status_code == 422 and "amount" in response.content.decode()
     assert not Decision.objects.filter(run_id=run_id).exists()
-    edited = {"action": "edit", "args": '{"orderId": "o-1", "amount": 3}'}
+    seen = args_fingerprint(inner.args)  # what the card shows (and posts): the inner call's arguments
+    edited = {"action": "edit", "args": '{"orderId": "o-1", "amount": 3}', "args_fingerprint": seen}
     response = client.post(decide_url(call), edited, headers={"HX-Request": "true"})
     assert response.status_code == 200 and "Yes, approve billing-agent → refund" in response.content.decode()
     assert not Decision.objects.exists()  # high risk: the first click only asks
@@ -279,7 +280,8 @@ def test_sub_agent_call_is_one_card_naming_the_sub_agent_and_edits_the_inner_cal
 def test_sub_agent_call_approved_by_a_user_completes(reviewer):
     client, _ = reviewer
     run_id = start_run(SUB_AGENT_REFUND, thread="t-sub2", agent_id="support-supervisor")
-    form = {"action": "approve", "confirm": "high-risk"}
+    inner = SuspendedToolCall.objects.get(run__parent_run_id=run_id, status="open")
+    form = {"action": "approve", "confirm": "high-risk", "args_fingerprint": args_fingerprint(inner.args)}
     client.post(decide_url(open_call(run_id)), form, headers={"HX-Request": "true"})
     assert wait_until_final(run_id).status == "completed"
     assert Decision.objects.count() == 1
@@ -320,10 +322,11 @@ def test_high_risk_approval_takes_a_second_step(reviewer):
     client, _ = reviewer
     run_id = suspend("delete-record", {"table": "users", "id": 7}, thread="t-high")
     call = open_call(run_id)
-    response = client.post(decide_url(call), {"action": "approve"})  # without JavaScript too
+    form = {"action": "approve", "args_fingerprint": args_fingerprint({"table": "users", "id": 7})}
+    response = client.post(decide_url(call), form)  # without JavaScript too
     assert response.status_code == 200 and "Yes, approve delete-record" in response.content.decode()
     assert not Decision.objects.filter(run_id=run_id).exists()
-    response = client.post(decide_url(call), {"action": "approve", "confirm": "high-risk"})
+    response = client.post(decide_url(call), form | {"confirm": "high-risk"})
     assert response.status_code == 302 and Decision.objects.get(run_id=run_id).kind == "approve"
     wait_until_final(run_id)
 

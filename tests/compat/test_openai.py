@@ -238,8 +238,7 @@ async def test_an_encoded_thread_id_reaches_its_thread_whatever_it_holds(auth_he
         "oa-b/runs",
         "oa-c/messages",
         "oa-d/",
-        "sp ace % #frag ?q=1 & ü 🙂",
-        "new\nline",
+        "sp ace % #frag ?q=1 & ü 🙂",  # (control characters are refused in ids: tests/security/test_inputs.py)
     ]
     runs = {thread: await suspended_email_run(thread=thread) for thread in threads}
     for thread, run_id in runs.items():

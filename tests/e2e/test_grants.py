@@ -60,36 +60,20 @@ def test_always_approve_from_a_card_then_revoke(login, suspend):
     assert Run.objects.get(pk=start_email_run(thread)).status == "suspended"
 
 
-def test_always_approve_on_a_high_risk_call_asks_to_confirm_first(login, suspend):
+def test_a_high_risk_call_offers_no_always_approve_and_its_approve_takes_two_steps(login, suspend):
+    """Nobody would see the calls a grant approves: a high-risk card has no "Always approve…" (the
+    decision service refuses such grants from any door); its Approve still asks to confirm first."""
     page = login("rita")
     thread = f"t-grant high/risk ?#%-é-{uuid.uuid4().hex[:8]}"  # any id the API accepts
     run_id, call_id = suspend("delete-record", {"table": "users", "id": 7}, thread=thread)
     page.goto(reverse("approvals:thread", args=[thread]))
     card = page.locator(f'.call[data-tool-call-id="{call_id}"]')
-    card.get_by_text("Always approve…").click()
-    card.get_by_label("Approve delete-record without asking").select_option("thread")
-    card.get_by_label("For how long").select_option("3600")
-    card.get_by_role("button", name="Approve and always approve").dblclick()  # a stray (double) click
-
+    expect(card.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+    expect(card.get_by_text("Always approve…")).to_have_count(0)
+    card.get_by_role("button", name="Approve", exact=True).dblclick()  # a stray (double) click
     confirm = card.get_by_role("alertdialog")
     expect(confirm).to_contain_text("High risk")
-    expect(confirm).to_contain_text(f"always approve delete-record of support-agent for thread {thread} until")
     expect(card.get_by_role("button", name="Cancel")).to_be_focused()  # Enter now cancels
-    expect(card.get_by_role("button", name="Approve", exact=True)).to_have_count(0)  # one question at a time
-    screenshot(page, "grant-highrisk-confirm-desktop")
-    page.wait_for_timeout(300)
+    screenshot(page, "highrisk-confirm-no-grant-desktop")
     assert not Decision.objects.filter(run_id=run_id).exists() and not StandingGrant.objects.filter(scope_id=thread)
     assert Run.objects.get(pk=run_id).status == "suspended"
-
-    card.get_by_role("button", name="Cancel").click()  # back to the card as it was, nothing decided
-    expect(card.get_by_role("alertdialog")).to_have_count(0)
-    expect(card.get_by_role("button", name="Approve", exact=True)).to_be_visible()
-    assert not Decision.objects.filter(run_id=run_id).exists()
-
-    card.get_by_text("Always approve…").click()
-    card.get_by_role("button", name="Approve and always approve").click()
-    card.get_by_role("button", name="Yes, approve and always approve").click()
-    expect(page.locator(f'[data-decided-call-id="{call_id}"]')).to_contain_text("always approve delete-record")
-    decision = Decision.objects.get(run_id=run_id)
-    assert (decision.kind, decision.via, decision.decided_by_username) == ("approve", "dashboard", "rita")
-    assert StandingGrant.objects.get(scope_id=thread).tool_name == "delete-record"

@@ -25,6 +25,7 @@ from agentrun.engine import store
 from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.decisions import cancel_on_timeout, cancel_run, expire_due_runs
 from agentrun.engine.providers import usage_dict
+from agentrun.engine.types import Decider, OpenCall, Waiting
 from tests.factories import (
     EMAIL,
     bulk_suspended_runs,
@@ -210,8 +211,8 @@ def test_the_migration_counts_the_snapshots_that_were_there_before_it():
     executor = MigrationExecutor(connection)
     before = [d for d in executor.loader.get_migration("agentrun", "0009_listing_counters").dependencies]
     leaves = executor.loader.graph.leaf_nodes()
-    executor.migrate(before)  # no counters yet
-    bulk_suspended_runs(200, agents=2, threads=9, resources=4)
+    state = executor.migrate(before)  # no counters yet
+    bulk_suspended_runs(200, agents=2, threads=9, resources=4, apps=state.apps)
     executor = MigrationExecutor(connection)
     executor.migrate(leaves)
     assert check_exact() > 20
@@ -257,7 +258,16 @@ def _suspend(i: int, barrier: threading.Barrier) -> str:
         tool_step = store.record_model_step(
             run, log, message_id=new_id("msg"), text="", calls=[call], usage=usage_dict(0, 0), started_at=timezone.now()
         )
-        opens = [{"tool_call_id": call["id"], "tool_name": "send-email", "args": EMAIL, "requires_approval": True}]
+        opens = [
+            OpenCall(
+                tool_call_id=call["id"],
+                tool_name="send-email",
+                args=EMAIL,
+                position=0,
+                risk="medium",
+                waiting=Waiting(requires_approval=True),
+            )
+        ]
         barrier.wait()
         store.record_suspension(run, tool_step.id, log, opens=opens, ttl=None)
         return run.id
@@ -272,7 +282,7 @@ def _end(run_id: str, how: str, barrier: threading.Barrier) -> None:
         if how == "cancel":
             cancel_run(run_id=run_id)
         else:
-            record_decision(agent_id=agent_id, run_id=run_id, kind=how, decided_by="reviewer")
+            record_decision(agent_id=agent_id, run_id=run_id, kind=how, decider=Decider.system("reviewer"))
     finally:
         connection.close()
 

@@ -38,23 +38,26 @@ def test_the_backfill_takes_the_calls_row_else_the_tools_declaration(monkeypatch
 
 def test_automatic_decisions_keep_the_calls_risk_too():
     """A standing grant's approval (via policy) and an expiry (via system) record the risk as a person's
-    decision does: what the call showed, here delete-record's high."""
+    decision does: what the call showed, here send-email's medium and delete-record's high."""
     from datetime import timedelta
 
     from django.utils import timezone
 
     from agentrun.core.models import Run, Snapshot, StandingGrant
     from agentrun.engine.decisions import expire_run_if_due
+    from tests.notifications.conftest import make_user
 
     delete = tool_line("delete-record", {"table": "t", "id": 1})
-    StandingGrant.objects.create(agent_id="support-agent", tool_name="delete-record", scope="thread", scope_id="t-g")
-    async_to_sync(start)("support-agent", delete, thread="t-g")
+    StandingGrant.objects.create(
+        agent_id="support-agent", tool_name="send-email", scope="thread", scope_id="t-g", created_by=make_user("gina")
+    )
+    async_to_sync(start)("support-agent", tool_line("send-email", EMAIL), thread="t-g")
     waiting, _ = async_to_sync(start)("support-agent", delete, thread="t-x")
     past = timezone.now() - timedelta(seconds=1)
     Run.objects.filter(pk=waiting.run_id).update(expires_at=past)
     Snapshot.objects.filter(run_id=waiting.run_id).update(expires_at=past)
     assert expire_run_if_due(waiting.run_id)
     assert sorted(Decision.objects.values_list("via", "kind", "risk")) == [
-        ("policy", "approve", "high"),
+        ("policy", "approve", "medium"),
         ("system", "expire", "high"),
     ]

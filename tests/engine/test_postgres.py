@@ -17,6 +17,7 @@ from agentrun import AgentRunError, get_agent, get_run
 from agentrun.core.models import Decision, ToolEffect
 from agentrun.core.selectors import list_suspended_runs
 from agentrun.engine.loop import Segment
+from agentrun.engine.types import Decider
 from tests.factories import EMAIL, bulk_suspended_runs, final_answer, suspended_email_run
 from tests.factories import record_decision as decide
 
@@ -94,7 +95,7 @@ def _race(run_id: str, deciders: int) -> list[object]:
                 agent_id="support-agent",
                 run_id=run_id,
                 kind="approve",
-                decided_by=f"reviewer-{i}",
+                decider=Decider.system(f"reviewer-{i}"),
                 reason=f"approved by {i}",
             )
         except AgentRunError as exc:

@@ -23,9 +23,9 @@ from agentrun.core.models import (
     RunStep,
     WorkerHeartbeat,
 )
-from agentrun.engine.service import decide_tool_call
 from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
 from tests.approvals.conftest import start_run, suspend, wait_until_final
+from tests.factories import decide_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,7 +63,7 @@ def _final_run(days: float, *, declined: bool = False) -> str:
     """A real run with its chunk log, messages, steps (and a decision), ended ``days`` ago."""
     if declined:
         run_id = suspend("send-email", {"to": "a@example.com", "subject": "s", "body": "b"}, thread=f"ret-{days}")
-        decide_tool_call(agent_id="support-agent", run_id=run_id, kind="decline")
+        decide_call(agent_id="support-agent", run_id=run_id, kind="decline")
         wait_until_final(run_id)
     else:
         run_id = start_run("hello", thread=f"ret-{days}")

@@ -23,9 +23,9 @@ from agentrun.asgi import application
 from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import Decision, RunChunk, Snapshot, SuspendedToolCall, ToolEffect
 from agentrun.engine import dispatch
-from agentrun.engine.service import DecisionRequest, decide_tool_call, decide_tool_calls
+from agentrun.engine.service import Decider, DecisionCommand, DecisionRequest, decide
 from tests.api.asgi_client import AsgiClient
-from tests.factories import EMAIL, rested, start, tool_line
+from tests.factories import EMAIL, decide_call, rested, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,10 +51,16 @@ async def suspended(thread: str) -> tuple[str, str]:
     return stream.run_id, approval["payload"]["toolCallId"]
 
 
+def _batch(run_id: str, requests: list[DecisionRequest]) -> DecisionCommand:
+    return DecisionCommand(
+        agent_id="support-agent", run_id=run_id, requests=tuple(requests), decider=Decider.system(), batch=True
+    )
+
+
 # --- the doors -----------------------------------------------------------------------------------
 async def by_python(user: User, run_id: str, call_id: str) -> None:
     stream = await get_agent("support-agent").approve_tool_call(
-        run_id=run_id, tool_call_id=call_id, reason="checked", decided_by=user
+        run_id=run_id, tool_call_id=call_id, reason="checked", decided_by=Decider.person(user, via="python")
     )
     await stream.collect()
 
@@ -107,12 +113,14 @@ async def by_dashboard(user: User, run_id: str, call_id: str) -> None:
 async def by_admin(user: User, run_id: str, call_id: str) -> None:
     client = await _session_client(user)
     pk = await SuspendedToolCall.objects.filter(run_id=run_id, tool_call_id=call_id).values_list("pk", flat=True).aget()
-    response = await _form_post(
-        client,
-        "/admin/agentrun/suspendedtoolcall/",
-        {"action": "approve_selected_calls", "_selected_action": pk, "reason": "checked"},
-    )
-    assert response.status_code in (200, 302), await response.read()
+    form = {"action": "approve_selected_calls", "_selected_action": pk, "reason": "checked"}
+    confirmation = await _form_post(client, "/admin/agentrun/suspendedtoolcall/", form)
+    page = (await confirmation.read()).decode()
+    assert confirmation.status_code == 200 and "Nothing is decided until you confirm" in page, page
+    [fingerprint] = re.findall(rf'name="fingerprint-{pk}" value="([0-9a-f]+)"', page)
+    form |= {"post": "yes", f"fingerprint-{pk}": fingerprint}
+    response = await _form_post(client, "/admin/agentrun/suspendedtoolcall/", form)
+    assert response.status_code == 302, await response.read()
 
 
 DOORS: dict[str, tuple[Callable[[User, str, str], Awaitable[None]], str]] = {
@@ -170,7 +178,7 @@ async def test_the_decision_and_its_continuation_commit_together(monkeypatch):
     monkeypatch.setattr(dispatch, "enqueue_continuation", lambda agent_id, run_id: queued.append((agent_id, run_id)))
     run_id, call_id = await suspended("tx-1")
     with pytest.raises(AgentRunError):
-        await sync_to_async(decide_tool_call)(
+        await sync_to_async(decide_call)(
             agent_id="support-agent", run_id=run_id, kind="approve", args={"to": 1}, tool_call_id=call_id
         )
     assert queued == []
@@ -180,7 +188,7 @@ async def test_the_decision_and_its_continuation_commit_together(monkeypatch):
 
     monkeypatch.setattr(dispatch, "enqueue_continuation", broken_queue)
     with pytest.raises(RuntimeError):
-        await sync_to_async(decide_tool_call)(agent_id="support-agent", run_id=run_id, kind="approve")
+        await sync_to_async(decide_call)(agent_id="support-agent", run_id=run_id, kind="approve")
     assert await Decision.objects.filter(run_id=run_id).acount() == 0
     assert await Snapshot.objects.filter(run_id=run_id).aexists()
     assert await SuspendedToolCall.objects.filter(run_id=run_id, status="open").acount() == 1
@@ -195,7 +203,7 @@ async def test_a_batch_is_all_or_nothing_and_names_the_failing_item():
         DecisionRequest(kind="resume", tool_call_id=delete_id, resume_data={}),
     ]
     with pytest.raises(AgentRunError) as err:
-        await sync_to_async(decide_tool_calls)(agent_id="support-agent", run_id=stream.run_id, requests=bad)
+        await sync_to_async(decide)(_batch(stream.run_id, bad))
     assert err.value.code == "WRONG_DECISION_KIND" and err.value.details["index"] == 1
     assert await Decision.objects.filter(run_id=stream.run_id).acount() == 0
 
@@ -203,7 +211,7 @@ async def test_a_batch_is_all_or_nothing_and_names_the_failing_item():
         DecisionRequest(kind="approve", tool_call_id=email_id),
         DecisionRequest(kind="decline", tool_call_id=delete_id, reason="keep it"),
     ]
-    outcome = await sync_to_async(decide_tool_calls)(agent_id="support-agent", run_id=stream.run_id, requests=good)
+    outcome = await sync_to_async(decide)(_batch(stream.run_id, good))
     assert outcome.batch_dict() == {
         "runId": stream.run_id,
         "decisions": [
@@ -226,8 +234,12 @@ async def test_parallel_calls_racing_each_loser_is_told_its_own_calls_winner():
 
     def decide(call_id: str, who: str) -> Any:
         try:
-            return decide_tool_call(
-                agent_id="support-agent", run_id=stream.run_id, tool_call_id=call_id, kind="approve", decided_by=who
+            return decide_call(
+                agent_id="support-agent",
+                run_id=stream.run_id,
+                tool_call_id=call_id,
+                kind="approve",
+                decider=Decider.system(who),
             )
         except AgentRunError as exc:
             return exc
@@ -273,14 +285,22 @@ async def test_when_the_database_refuses_a_second_decision_the_loser_is_told_tha
             decided_by_username="ann",
             via="api",
         )
-        decide_tool_call(
-            agent_id="support-agent", run_id=stream.run_id, tool_call_id=second, kind="approve", decided_by="bob"
+        decide_call(
+            agent_id="support-agent",
+            run_id=stream.run_id,
+            tool_call_id=second,
+            kind="approve",
+            decider=Decider.system("bob"),
         )
 
     await racer_committed_without_the_lock()
     with pytest.raises(AgentRunError) as err:
-        await sync_to_async(decide_tool_call)(
-            agent_id="support-agent", run_id=stream.run_id, tool_call_id=first, kind="approve", decided_by="cy"
+        await sync_to_async(decide_call)(
+            agent_id="support-agent",
+            run_id=stream.run_id,
+            tool_call_id=first,
+            kind="approve",
+            decider=Decider.system("cy"),
         )
     assert err.value.code == "TOOL_CALL_ALREADY_DECIDED"
     assert (err.value.details["toolCallId"], err.value.details["decidedBy"]) == (first, "ann")

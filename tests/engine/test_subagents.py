@@ -9,7 +9,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from agentrun import AgentRunError, get_agent, get_run
-from agentrun.core.models import Decision, ToolEffect
+from agentrun.core.models import Decision, ToolEffect, args_fingerprint
+from agentrun.engine.types import Decider
 from tests.factories import collect, final_answer, of_type, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -168,7 +169,13 @@ async def test_a_signed_in_reviewer_deciding_the_outer_call_is_recorded_once():
     await sync_to_async(ensure_groups)()
     await rita.groups.aadd(await Group.objects.aget(name=REVIEWERS))  # a signed-in decider needs the permission
     outer_id, payload, _ = await _supervised_refund()
-    await collect(get_agent("support-supervisor").approve_tool_call(run_id=outer_id, decided_by=rita, via="dashboard"))
+    await collect(
+        get_agent("support-supervisor").approve_tool_call(
+            run_id=outer_id,
+            args_fingerprint=args_fingerprint(payload["innerArgs"]),  # refund is high risk: what rita saw
+            decided_by=Decider.person(rita, via="dashboard"),
+        )
+    )
     assert (await get_run(outer_id)).status == "completed"
 
     @sync_to_async
@@ -223,13 +230,24 @@ async def test_a_sub_agents_call_decided_through_its_supervisor_keeps_the_inner_
     desk = _desk_with_two_risks()
     high = tool_line("agent-payments-agent", {"message": tool_line("wire-money", {"amount": 900})})
     low = tool_line("agent-payments-agent", {"message": tool_line("tag-customer", {"tag": "vip"})})
-    wire_run, _ = await collect(desk.stream(high, memory={"thread": "t-wire", "resource": "u"}))
+    wire_run, wire_chunks = await collect(desk.stream(high, memory={"thread": "t-wire", "resource": "u"}))
+    [wire] = of_type(wire_chunks, "tool-call-approval")
     _, tag_chunks = await collect(desk.stream(low, memory={"thread": "t-tag", "resource": "u"}))
     [surfaced] = of_type(tag_chunks, "tool-call-approval")
 
     # The high-risk call on the supervisor's door, the low-risk one on the sub-agent's.
-    await collect(desk.approve_tool_call(run_id=wire_run.run_id, via="dashboard"))
-    await collect(get_agent("payments-agent").decline_tool_call(run_id=surfaced["payload"]["innerRunId"], via="api"))
+    await collect(
+        desk.approve_tool_call(
+            run_id=wire_run.run_id,
+            args_fingerprint=args_fingerprint(wire["payload"]["innerArgs"]),
+            decided_by=Decider.system(via="dashboard"),
+        )
+    )
+    await collect(
+        get_agent("payments-agent").decline_tool_call(
+            run_id=surfaced["payload"]["innerRunId"], decided_by=Decider.system(via="api")
+        )
+    )
     assert await _decision_risks() == [
         ("agent-payments-agent", "api", "low"),
         ("agent-payments-agent", "dashboard", "high"),

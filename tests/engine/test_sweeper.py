@@ -52,8 +52,8 @@ def make_stalled(lease_expired: list[str], decided: list[str]) -> None:
             kind=Decision.Kind.APPROVE,
             via=Decision.Via.API,
             args=call.args,
+            decided_at=PAST,  # decisions are append-only: made in the past, not moved there
         )
-        Decision.objects.filter(pk=decision.pk).update(decided_at=PAST)
         SuspendedToolCall.objects.filter(pk=call.pk).update(status=SuspendedToolCall.Status.DECIDED, decision=decision)
 
 

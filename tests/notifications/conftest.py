@@ -96,8 +96,10 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture(autouse=True)
 def _clean_notifier(settings) -> Iterator[None]:
     """Each test starts and ends with a fresh view of subscribers and no notification job running
-    (a job must not outlive the test's database)."""
+    (a job must not outlive the test's database). Webhooks may reach the test's own receivers on
+    127.0.0.1 (tests/security/test_webhook_egress.py shows the default refusing them)."""
     settings.AGENTRUN_PUBLIC_URL = "http://agentrun.test"
+    settings.AGENTRUN_WEBHOOK_ALLOW_PRIVATE = True  # the receivers listen on 127.0.0.1
     notifier.invalidate()
     yield
     wait_for_tasks()
@@ -110,7 +112,13 @@ def fast_retries(settings) -> None:
     settings.AGENTRUN_WEBHOOK_TIMEOUT_SECONDS = 2
 
 
+def endpoint_owner() -> User:
+    """A superuser: an endpoint receives the events of agents its owner may view (all, here)."""
+    return User.objects.filter(username="hook-owner").first() or User.objects.create_superuser("hook-owner")
+
+
 def make_endpoint(url: str, **fields: Any) -> WebhookEndpoint:
+    fields.setdefault("owner", endpoint_owner())
     return WebhookEndpoint.objects.create(url=url, secret=fields.pop("secret", "s3cret-for-tests"), **fields)
 
 

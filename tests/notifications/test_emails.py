@@ -10,11 +10,10 @@ from django.test import Client
 from django.utils import timezone
 
 from agentrun.core.models import OutboxEvent
-from agentrun.engine.service import decide_tool_call
 from notifications import delivery
 from notifications.models import EmailNotice, NotificationPreference
 from tests.api.conftest import ask_run, email_run, refund_run
-from tests.factories import wait_for_tasks
+from tests.factories import decide_call, wait_for_tasks
 from tests.notifications.conftest import make_user, sent_emails, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,7 +60,7 @@ def test_a_digest_gathers_what_still_waits_into_one_email(erin):
     email_run(thread="t-digest-2")
     decided = email_run(thread="t-digest-3")
     wait_until(lambda: EmailNotice.objects.count() == 3 or None, what="three notices")
-    decide_tool_call(agent_id="support-agent", run_id=decided, kind="approve")
+    decide_call(agent_id="support-agent", run_id=decided, kind="approve")
     delivery.sweep()
     wait_for_tasks()
     assert mail.outbox == []  # not due yet: one digest per period at most

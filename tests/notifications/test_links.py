@@ -12,10 +12,11 @@ from django.test import Client
 from django.utils import timezone
 
 from agentrun.core.models import Decision, Message, ToolEffect
-from agentrun.engine.service import decide_tool_call
+from agentrun.engine.types import Decider
 from notifications import links
 from notifications.models import DecisionLink
 from tests.api.conftest import email_run, wait_rested
+from tests.factories import decide_call
 from tests.notifications.conftest import make_user, sent_emails
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,7 +77,7 @@ def test_declining_through_a_link_hands_the_reason_to_the_model(erin):
 def test_a_link_to_a_call_someone_else_decided_says_who(erin):
     run_id = email_run(thread="t-link-raced")
     path = link_path(sent_emails(1)[0])
-    decide_tool_call(agent_id="support-agent", run_id=run_id, kind="decline", decided_by="olga")
+    decide_call(agent_id="support-agent", run_id=run_id, kind="decline", decider=Decider.system("olga"))
     page = Client().get(path)
     assert page.status_code == 409
     assert "no longer waits" in page.content.decode() and "olga" in page.content.decode()

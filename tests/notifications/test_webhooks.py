@@ -19,11 +19,11 @@ from django.utils import timezone
 from agentrun import get_agent
 from agentrun.core.models import Decision, OutboxEvent, Run, Snapshot
 from agentrun.engine.decisions import cancel_run, expire_due_runs
-from agentrun.engine.service import decide_tool_call
+from agentrun.engine.types import Decider
 from notifications import delivery
 from notifications.models import WebhookDelivery
 from tests.api.conftest import email_run, wait_rested
-from tests.factories import start, wait_for_tasks
+from tests.factories import decide_call, start, wait_for_tasks
 from tests.notifications.conftest import make_endpoint, make_user, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,7 +42,7 @@ def verify(secret: str, headers: dict[str, str], body: bytes) -> bool:
 
 
 def approve(run_id: str, **kwargs) -> None:
-    decide_tool_call(agent_id="support-agent", run_id=run_id, kind="approve", **kwargs)
+    decide_call(agent_id="support-agent", run_id=run_id, kind="approve", **kwargs)
     wait_rested(run_id)
 
 
@@ -82,7 +82,7 @@ def test_signatures_follow_standard_webhooks_and_catch_tampering(receiver):
 def test_every_state_change_is_an_event_in_order(receiver):
     make_endpoint(receiver.url)  # every event, every agent
     run_id = email_run(thread="t-life")
-    approve(run_id, decided_by="ops")
+    approve(run_id, decider=Decider.system("ops"))
     types = list(OutboxEvent.objects.filter(run_id=run_id).order_by("created_at", "id").values_list("type", flat=True))
     assert types == ["run.suspended", "toolcall.decided", "run.completed"]
     decided = OutboxEvent.objects.get(run_id=run_id, type="toolcall.decided")
@@ -177,7 +177,7 @@ def test_a_hanging_receiver_does_not_slow_a_decision_or_a_run(receiver, settings
     receiver.answers = ["hang"]
     make_endpoint(receiver.url, events=["toolcall.decided", "run.completed"])
     run_id = email_run(thread="t-hang")
-    decide_tool_call(agent_id="support-agent", run_id=run_id, kind="approve")
+    decide_call(agent_id="support-agent", run_id=run_id, kind="approve")
     run = wait_rested(run_id)
     # The run went on and finished while the receiver still holds the first delivery open.
     assert run.status == "completed"
@@ -252,7 +252,7 @@ def test_the_admin_resends_a_delivery(receiver, client):
 def test_policy_and_link_decisions_are_events_too(receiver):
     make_endpoint(receiver.url, events=["toolcall.decided"])
     run_id = email_run(thread="t-via")
-    decide_tool_call(agent_id="support-agent", run_id=run_id, kind="decline", via="policy", details={"policy": "x"})
+    decide_call(agent_id="support-agent", run_id=run_id, kind="decline", decider=Decider.policy({"policy": "x"}))
     wait_rested(run_id)
     [request] = receiver.wait_for(1)
     data = json.loads(request.body)["data"]

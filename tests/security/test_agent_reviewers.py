@@ -8,8 +8,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agentrun.core import access
 from agentrun.core.errors import AgentRunError
-from agentrun.core.models import Decision
+from agentrun.core.models import Decision, args_fingerprint
 from agentrun.engine.agents import get_agent
+from agentrun.engine.types import Decider
 from tests.api.asgi_client import AsgiClient
 from tests.factories import collect, rested, start, tool_line
 from tests.security.test_matrix import MAPPING, make_principals, new_thread, run_state, token_of
@@ -50,7 +51,8 @@ async def test_a_reviewer_of_the_restricted_agent_sees_it_and_an_outsider_does_n
     response = await support.post(f"/api/agents/support-agent/runs/{stream.run_id}/approve", {})
     assert (response.status_code, (await response.json())["error"]["code"]) == (404, "RUN_NOT_FOUND")
     assert (await run_state(stream.run_id)) == ("suspended", 0, 1)
-    assert (await billing.post(f"/api/agents/billing-agent/runs/{stream.run_id}/approve", {})).status_code == 202
+    seen = {"argsFingerprint": args_fingerprint({"orderId": "o-1", "amount": 5.0})}  # refund is high risk
+    assert (await billing.post(f"/api/agents/billing-agent/runs/{stream.run_id}/approve", seen)).status_code == 202
     await rested(stream.run_id)
 
 
@@ -62,13 +64,17 @@ async def test_a_surfaced_sub_agent_call_needs_the_sub_agents_reviewers_too(sett
     stream, _ = await start("support-supervisor", message, thread=new_thread())
     supervisor = get_agent("support-supervisor")
     with pytest.raises(AgentRunError) as refused:
-        await supervisor.approve_tool_call(run_id=stream.run_id, decided_by=users["reviewer"])
+        await supervisor.approve_tool_call(
+            run_id=stream.run_id, decided_by=Decider.person(users["reviewer"], via="python")
+        )
     assert refused.value.code == "PERMISSION_DENIED"
     assert await sync_to_async(Decision.objects.filter(run_id=stream.run_id).count)() == 0
     client = await _client(users["reviewer"])
     response = await client.post(f"/api/agents/support-supervisor/runs/{stream.run_id}/approve", {})
     assert (response.status_code, (await response.json())["error"]["code"]) == (403, "PERMISSION_DENIED")
-    await collect(supervisor.approve_tool_call(run_id=stream.run_id, decided_by=users["other"]))
+    await collect(
+        supervisor.approve_tool_call(run_id=stream.run_id, decided_by=Decider.person(users["other"], via="python"))
+    )
     assert (await run_state(stream.run_id))[1] == 1
 
 

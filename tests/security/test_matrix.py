@@ -37,10 +37,11 @@ from agentrun.core.access import REVIEWERS, VIEWERS, ensure_groups
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import BackgroundTask, Decision, Run, RunStep, SuspendedToolCall
 from agentrun.engine.agents import get_agent
-from agentrun.engine.service import decide_tool_call as decide
+from agentrun.engine.types import Decider
 from tests.api.asgi_client import AsgiClient
 from tests.api.conftest import wait_rested
 from tests.factories import collect, rested, start, suspended_email_run, tool_line
+from tests.factories import decide_call as decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -202,7 +203,7 @@ def pending_task(run_id: str) -> str:
 async def build_world() -> World:
     thread = new_thread()
     done = await email_run(thread)
-    await sync_to_async(decide)(agent_id=TARGET, run_id=done, kind="approve", decided_by="ops")
+    await sync_to_async(decide)(agent_id=TARGET, run_id=done, kind="approve", decider=Decider.system("ops"))
     await rested(done)
     email, ask = await email_run(thread), await ask_run(thread)
     step_id = await RunStep.objects.filter(run_id=email).values_list("id", flat=True).afirst()
@@ -555,7 +556,9 @@ async def test_python_api_decided_by(row, cells, note, scoped):
         before = await run_state(run_id)
         person = users[principal] or AnonymousUser()
         try:
-            await collect(get_agent(TARGET).approve_tool_call(run_id=run_id, decided_by=person))
+            await collect(
+                get_agent(TARGET).approve_tool_call(run_id=run_id, decided_by=Decider.person(person, via="python"))
+            )
             got = "decided"
         except AgentRunError as exc:
             got = exc.code

@@ -1,7 +1,8 @@
 """What agentrun's processes take from other packages is declared, and bounded where it is private.
 
 ``agentrun.server.web`` overrides and calls private parts of daphne, autobahn and Twisted, and
-``agentrun.server.channel_layer`` reaches into channels_redis. A new release may drop or rename any of
+``agentrun.server.channel_layer`` reaches into channels_redis, ``agentrun.core.outages`` into
+psycopg_pool's reconnection and the two libraries' loggers. A new release may drop or rename any of
 them without notice: the bounds in ``pyproject.toml`` keep such a release out, and the checks below
 say exactly what to look at (the attribute, the package and its version) before a bound is raised.
 Their behaviour is proved through a real server in tests/system (test_websockets, test_drain) and the
@@ -78,6 +79,7 @@ def _twisted_reactor_loop() -> bool:
 
 WEB = "agentrun.server.web"
 LAYER = "agentrun.server.channel_layer"
+OUTAGES = "agentrun.core.outages"
 INTERNALS = [
     Internal(
         "autobahn",
@@ -154,6 +156,16 @@ INTERNALS = [
         lambda: "self.server_class(" in _source_of(import_module("daphne.cli").CommandLineInterface),
     ),
     Internal(
+        "daphne",
+        "daphne.access.AccessLogGenerator(stream).stream and Server(action_logger=...)",
+        f"{WEB}.Server swaps the access log for RedactingAccessLog (no token in the log)",
+        lambda: (
+            _params(import_module("daphne.access").AccessLogGenerator.__init__) == ["self", "stream"]
+            and "self.stream = stream" in _source_of(import_module("daphne.access").AccessLogGenerator)
+            and "action_logger" in _params(_daphne_server().__init__)
+        ),
+    ),
+    Internal(
         "channels-redis",
         "channels_redis.pubsub.RedisPubSubChannelLayer._get_layer()",
         f"{LAYER}.AwakePubSubChannelLayer reaches the per-loop layer through it",
@@ -168,6 +180,27 @@ INTERNALS = [
             and bool(getattr(layer, "_shards", None))
             and all(inspect.iscoroutinefunction(getattr(shard, "subscribe", None)) for shard in layer._shards)
         ),
+    ),
+    Internal(
+        "channels-redis",
+        "channels_redis.pubsub's logger (its receive loop logs a failure with the exception each second)",
+        f"{OUTAGES}.OutageLogFilter counts those records as the channel layer's outage",
+        lambda: import_module("channels_redis.pubsub").logger.name == "channels_redis.pubsub",
+    ),
+    Internal(
+        "psycopg-pool",
+        "psycopg_pool.base.AttemptWithBackoff.INITIAL_DELAY and DELAY_BACKOFF, read by update_delay()",
+        f"{OUTAGES}.tune_database_pool makes the pool reconnect every 0.5 s after an outage",
+        lambda: all(
+            f"self.{name}" in _source_of(import_module("psycopg_pool.base").AttemptWithBackoff.update_delay)
+            for name in ("INITIAL_DELAY", "DELAY_BACKOFF")
+        ),
+    ),
+    Internal(
+        "psycopg-pool",
+        "psycopg_pool's logger and its warnings with the exception as an argument",
+        f"{OUTAGES}.OutageLogFilter counts its failed connection attempts as the database's outage",
+        lambda: import_module("psycopg_pool.pool").logger.name == "psycopg.pool",
     ),
 ]
 

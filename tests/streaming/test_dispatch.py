@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 
 from agentrun.core.models import Run, RunChunk
 from agentrun.engine.agents import follow, get_agent
-from agentrun.engine.service import decide_tool_call
+from tests.factories import decide_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +38,7 @@ async def test_a_decision_made_by_the_service_is_followed_through_the_chunk_log(
 
     # Any door (here the service itself, as a REST view calls it): the continuation is queued with the
     # decision and runs in the task runner; the caller only follows the log.
-    outcome = await sync_to_async(decide_tool_call)(agent_id=agent.id, run_id=first.run_id, kind="approve")
+    outcome = await sync_to_async(decide_call)(agent_id=agent.id, run_id=first.run_id, kind="approve")
     assert outcome.after_seq == opening[-1]["seq"]
     cont = follow(outcome)
     chunks = await cont.collect()

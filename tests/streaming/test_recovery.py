@@ -12,6 +12,7 @@ from django.utils import timezone
 from agentrun.core.models import BackgroundTask, Decision, Run, SuspendedToolCall, ToolEffect
 from agentrun.engine.agents import get_agent
 from agentrun.engine.sweeper import sweep_once
+from agentrun.engine.types import Decider
 from tests.factories import record_decision as decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,7 +38,7 @@ async def suspended_email_run(thread: str) -> str:
 async def test_a_run_whose_driver_died_mid_execution_is_continued_and_the_tool_runs_once(settings):
     settings.AGENTRUN_LEASE_SECONDS = 0.5
     run_id = await suspended_email_run("rec-1")
-    await sync_to_async(decide)(agent_id="support-agent", run_id=run_id, kind="approve", decided_by="ops")
+    await sync_to_async(decide)(agent_id="support-agent", run_id=run_id, kind="approve", decider=Decider.system("ops"))
     # The driver claimed the run, marked the call executing, applied the side effect, then died.
     call = await SuspendedToolCall.objects.aget(run_id=run_id)
     await SuspendedToolCall.objects.filter(pk=call.pk).aupdate(status=SuspendedToolCall.Status.EXECUTING)
@@ -56,7 +57,7 @@ async def test_a_run_whose_driver_died_mid_execution_is_continued_and_the_tool_r
 async def test_a_decision_whose_continuation_was_never_dispatched_is_continued(settings):
     settings.AGENTRUN_LEASE_SECONDS = 0.2
     run_id = await suspended_email_run("rec-2")
-    await sync_to_async(decide)(agent_id="support-agent", run_id=run_id, kind="approve", decided_by="ops")
+    await sync_to_async(decide)(agent_id="support-agent", run_id=run_id, kind="approve", decider=Decider.system("ops"))
     assert (await sweep_once())["stalled"] == 0, "within the grace period nothing is taken over"
     await asyncio.sleep(0.3)
     assert (await sweep_once())["stalled"] == 1

@@ -153,6 +153,8 @@ def processes(transactional_db, tmp_path):
     from django.conf import settings
     from django.db import connection
 
+    from agentrun.core import secretbox
+
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
         pytest.fail("system tests need DATABASE_URL (PostgreSQL) and REDIS_URL")
     db = connection.settings_dict
@@ -166,6 +168,9 @@ def processes(transactional_db, tmp_path):
         AGENTRUN_SWEEP_SECONDS="0.5",
         AGENTRUN_AGENTS="tests.system.slow_agents",
         SECRET_KEY="system-test-key",
+        # What this process encrypts (webhook secrets), the servers decrypt; its receivers are local.
+        AGENTRUN_ENCRYPTION_KEYS=",".join(k if isinstance(k, str) else k.decode() for k in secretbox.keys_in_force()),
+        AGENTRUN_WEBHOOK_ALLOW_PRIVATE="1",
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )

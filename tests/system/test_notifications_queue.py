@@ -15,7 +15,7 @@ from django_tasks_db.models import DBTaskResult
 from agentrun.core.models import Run, SuspendedToolCall
 from agentrun.engine.agents import get_agent
 from notifications.models import WebhookDelivery, WebhookEndpoint
-from tests.notifications.conftest import receiver  # noqa: F401 - the real HTTP receiver fixture
+from tests.notifications.conftest import endpoint_owner, receiver  # noqa: F401 - the real HTTP receiver fixture
 from tests.system.test_processes import EMAIL, reviewer_token
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -31,7 +31,10 @@ async def eventually(predicate, seconds: float = 30, what: str = "the condition"
 
 async def test_a_decision_webhook_is_delivered_and_retried_by_the_notifications_worker(processes, receiver):  # noqa: F811
     receiver.answers = [500, 200]
-    await WebhookEndpoint.objects.acreate(url=receiver.url, secret="whsec_c3lzdGVt", events=["toolcall.decided"])
+    owner = await sync_to_async(endpoint_owner)()
+    await WebhookEndpoint.objects.acreate(
+        url=receiver.url, secret="whsec_c3lzdGVt", events=["toolcall.decided"], owner=owner
+    )
     fast = {"AGENTRUN_WEBHOOK_RETRY_SECONDS": "0.5"}
     token = await reviewer_token()
     _, port = processes.daphne("daphne", env=fast)

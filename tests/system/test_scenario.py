@@ -8,9 +8,6 @@ Prints one line of figures (``scenario: runs=… decisions attempted=… won=…
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import json
 import os
 import signal
 import threading
@@ -20,10 +17,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import pytest
-import requests
-import websockets
 
 from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
+from tests.system.clients import Cluster, Subscribers
 from tests.system.conftest import create_reviewer, figures, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -34,86 +30,6 @@ SAMPLE = 20
 THREADS = 24
 BUDGET_SECONDS = 240  # the whole scenario; it usually takes well under half of this
 EMAIL = '/tool send-email {{"to": "c{n}@example.com", "subject": "Order {n}", "body": "Shipped."}}'
-ORIGIN = {"origin": "http://localhost"}
-RETRIED = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
-
-
-class Cluster:
-    """The web processes as clients see them: a request that cannot connect is retried on the other."""
-
-    def __init__(self, ports: list[int], token: str, end: float) -> None:
-        self.ports = ports
-        self.token = token
-        self.end = end
-        self.local = threading.local()
-        self.retries = Counter()
-
-    def _session(self) -> requests.Session:
-        if not hasattr(self.local, "session"):
-            self.local.session = requests.Session()
-            self.local.session.headers["Authorization"] = f"Token {self.token}"
-        return self.local.session
-
-    def request(self, method: str, path: str, prefer: int = 0, **kwargs) -> requests.Response:
-        for attempt in itertools.count():
-            port = self.ports[(prefer + attempt) % len(self.ports)]
-            try:
-                return self._session().request(method, f"http://127.0.0.1:{port}{path}", timeout=30, **kwargs)
-            except RETRIED:
-                self.retries[method] += 1
-                del self.local.session  # a fresh connection next time
-                if time.monotonic() > self.end:
-                    raise
-                time.sleep(0.05 * min(attempt, 10))
-        raise AssertionError("unreachable")
-
-
-class Subscribers:
-    """Websocket watchers of a sample of runs, alternating servers, reconnecting with ``?after=<last seq>``."""
-
-    def __init__(self, cluster: Cluster, run_ids: list[str]) -> None:
-        self.cluster = cluster
-        self.run_ids = run_ids
-        self.chunks: dict[str, list[dict]] = {r: [] for r in run_ids}
-        self.reconnects = Counter()
-        self.errors: list[str] = []
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._all(),), daemon=True)
-
-    async def _all(self) -> None:
-        await asyncio.gather(*(self._watch(i, r) for i, r in enumerate(self.run_ids)))
-
-    async def _watch(self, index: int, run_id: str) -> None:
-        got = self.chunks[run_id]
-        for attempt in itertools.count():
-            if time.monotonic() > self.cluster.end:
-                self.errors.append(f"{run_id}: still watching at the deadline")
-                return
-            port = self.cluster.ports[(index + attempt) % len(self.cluster.ports)]
-            after = got[-1]["seq"] if got else 0
-            url = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/?after={after}&token={self.cluster.token}"
-            try:
-                async with websockets.connect(url, additional_headers=ORIGIN, open_timeout=5) as ws:
-                    async for message in ws:
-                        frame = json.loads(message)
-                        if frame.get("type") == "error":
-                            self.errors.append(f"{run_id}: {frame}")
-                            return
-                        got.append(frame)
-                    final = got and got[-1]["type"] == "finish" and got[-1]["payload"]["finishReason"] != "suspended"
-                    if ws.close_code == 1000 and final:
-                        return
-            except (OSError, TimeoutError, websockets.ConnectionClosedError, websockets.InvalidHandshake):
-                pass
-            self.reconnects[run_id] += 1
-            await asyncio.sleep(0.2)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def join(self, seconds: float) -> None:
-        self.thread.join(seconds)
-        assert not self.thread.is_alive(), "subscribers did not finish"
 
 
 def lease_holder_pids(run_ids: list[str]) -> Counter:
@@ -243,7 +159,8 @@ def test_300_runs_racing_decisions_worker_killed_daphne_restarted(processes):
         f"not_suspended={outcomes['RUN_NOT_SUSPENDED']} finished={outcomes['RUN_NOT_FOUND']}) "
         f"faults={len(faults)} ({', '.join(faults)}) retried_requests={sum(cluster.retries.values())} "
         f"side_effects={sum(effects.values())} lost={lost} duplicated={duplicated} "
-        f"subscribers={len(sample)} reconnects={sum(subscribers.reconnects.values())} gaps={gaps} "
+        f"subscribers={len(sample)} reconnects={sum(subscribers.reconnects.values())} "
+        f"closes={dict(subscribers.closes)} gaps={gaps} "
         f"listing_total={listing['total']} decide_seconds={decided_at - started:.1f} seconds={seconds:.1f}"
     )
 

@@ -28,12 +28,12 @@ from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult, get_date_max
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
-from agentrun.core import workers
+from agentrun.core import outages, workers
 from agentrun.engine import lease
 from agentrun.engine.sweeper import run_forever
 
 logger = logging.getLogger("agentrun.worker")
-RETRY_SECONDS = 2.0
+RETRY_SECONDS = 0.5  # a database restart takes about a second
 SWEEPER_JOIN_SECONDS = 3.0
 WAKEUP_CHANNEL = "agentrun_tasks"
 
@@ -55,8 +55,12 @@ class TaskListener:
                 self.conn.execute(f"LISTEN {WAKEUP_CHANNEL}")
             for _ in self.conn.notifies(timeout=timeout, stop_after=1):
                 break
-        except psycopg.Error:
+        except psycopg.OperationalError as exc:
             # The database went away: fall back to sleeping; the next wait reconnects.
+            outages.failed(exc)
+            self.close()
+            time.sleep(timeout)
+        except psycopg.Error:
             logger.warning("cannot listen for tasks; polling", exc_info=True)
             self.close()
             time.sleep(timeout)
@@ -178,10 +182,11 @@ class Command(DbWorkerCommand):
                 try:
                     worker.run()
                     return  # stopped by a signal, --batch or --max-tasks
-                except (OperationalError, InterfaceError):
+                except (OperationalError, InterfaceError) as exc:
                     # The claiming query fails while the database restarts: wait and poll again instead
-                    # of exiting (a worker that exits takes its share of the work with it).
-                    logger.warning("database unavailable; polling again in %.0f s", RETRY_SECONDS, exc_info=True)
+                    # of exiting (a worker that exits takes its share of the work with it). One warning
+                    # per outage (agentrun.core.outages), not one per poll.
+                    outages.failed(exc)
                     connections.close_all()
                     time.sleep(RETRY_SECONDS)
         finally:

@@ -22,11 +22,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, **options: object) -> None:
         ensure_groups()
-        for username, group, env in (
-            ("reviewer", REVIEWERS, "AGENTRUN_REVIEWER_PASSWORD"),
-            ("viewer", VIEWERS, "AGENTRUN_VIEWER_PASSWORD"),
+        # Staff only where the account needs the admin: the reviewer audits there (scoped to its
+        # agents, view-only but for the decision actions); the viewer reads the dashboard only.
+        for username, group, env, staff in (
+            ("reviewer", REVIEWERS, "AGENTRUN_REVIEWER_PASSWORD", True),
+            ("viewer", VIEWERS, "AGENTRUN_VIEWER_PASSWORD", False),
         ):
-            self._account(username, group, env)
+            self._account(username, group, env, staff)
         if Snapshot.objects.filter(thread_id__startswith=SEED_THREAD_PREFIX).exists():
             self.stdout.write("Demo runs already seeded.")
             return
@@ -34,12 +36,14 @@ class Command(BaseCommand):
         count = Snapshot.objects.filter(thread_id__startswith=SEED_THREAD_PREFIX).count()
         self.stdout.write(self.style.SUCCESS(f"Seeded {count} suspended runs."))
 
-    def _account(self, username: str, group_name: str, env: str) -> None:
+    def _account(self, username: str, group_name: str, env: str, staff: bool) -> None:
         """Create the account; say how to sign in with it on every run (a new password when asked)."""
         user_model = get_user_model()
         # An address, so that the console shows the email (with its decision links) reviewers get.
-        defaults = {"is_staff": True, "email": f"{username}@example.com"}
+        defaults = {"is_staff": staff, "email": f"{username}@example.com"}
         user, created = user_model.objects.get_or_create(username=username, defaults=defaults)
+        if user.is_staff != staff:
+            user_model.objects.filter(pk=user.pk).update(is_staff=staff)
         password = os.environ.get(env)
         if created or password or os.environ.get(RESET_ENV, "").strip().lower() in ("1", "true", "yes"):
             password = password or secrets.token_urlsafe(12)

@@ -1,0 +1,126 @@
+"""Rate limits kept in Django's cache, shared by every process that shares the cache (Redis in
+production, this process's memory in the embedded default), and the client's address they key on.
+
+One mechanism for every limit (docs/security.md, "Throttling"): failed token authentications per
+client address (REST and websockets, checked *before* a token is looked up), API use per person, password
+reset requests. Each is a sliding-window counter: two integer counters per key (this window's and the
+previous one's, the latter weighted by how much of it still overlaps the last ``period`` seconds), so a
+check and a hit are one cache round trip each whatever the rate, and a burst across a window's edge is
+still counted. Logins are django-axes' (kept in the database, per account and per address).
+
+A cache that cannot be reached lets requests through (logged): a limit is a brake, not a gate, and an
+outage of Redis must not lock everyone out.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.cache import cache
+
+logger = logging.getLogger("agentrun.throttle")
+
+_PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400}
+
+
+def parse_rate(rate: str | None) -> tuple[int, int] | None:
+    """``"30/minute"`` → (30, 60); ``None``, ``""`` or ``"off"`` → None (no limit)."""
+    if not rate or rate.strip().lower() in {"off", "none", "0"}:
+        return None
+    count, _, period = rate.strip().partition("/")
+    try:
+        return int(count), _PERIODS[period.strip().lower()]
+    except (KeyError, ValueError):
+        raise ValueError(f"a rate is N/second|minute|hour|day, not {rate!r}") from None
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``rate`` events per key (``"30/minute"``; None or "off": unlimited)."""
+
+    name: str
+    rate: str | None
+
+    def _keys(self, key: str, now: float) -> tuple[str, str, float, int]:
+        limit = parse_rate(self.rate)
+        assert limit is not None
+        period = limit[1]
+        window = int(now // period)
+        elapsed = (now - window * period) / period  # how far into this window
+        base = f"agentrun:throttle:{self.name}:{key}"
+        return f"{base}:{window}", f"{base}:{window - 1}", elapsed, period
+
+    def wait(self, key: str) -> float | None:
+        """Seconds to wait before the next event is allowed, or None if it is allowed now."""
+        limit = parse_rate(self.rate)
+        if limit is None:
+            return None
+        count, period = limit
+        now = time.time()
+        current, previous, elapsed, _ = self._keys(key, now)
+        try:
+            counts = cache.get_many([current, previous])
+        except Exception as exc:  # the cache is down: let it through
+            logger.warning("throttle %s: the cache cannot be read (%s); not limiting", self.name, exc)
+            return None
+        this, last = counts.get(current, 0), counts.get(previous, 0)
+        if this + last * (1 - elapsed) < count:
+            return None
+        # Allowed again once the previous window's share has faded enough, or this window ends.
+        if this >= count:
+            return max(1.0, (1 - elapsed) * period)
+        needed = 1 - (count - this) / last  # the elapsed fraction at which the weighted sum drops below count
+        return max(1.0, (needed - elapsed) * period)
+
+    def hit(self, key: str) -> None:
+        """Count one event."""
+        if parse_rate(self.rate) is None:
+            return
+        current, _, _, period = self._keys(key, time.time())
+        try:
+            if not cache.add(current, 1, timeout=2 * period):
+                cache.incr(current)
+        except ValueError:  # expired between add and incr
+            cache.add(current, 1, timeout=2 * period)
+        except Exception as exc:
+            logger.warning("throttle %s: the cache cannot be written (%s); not counting", self.name, exc)
+
+    def check_and_hit(self, key: str) -> float | None:
+        """Count one event if it is allowed now; else the seconds to wait (nothing counted)."""
+        wait = self.wait(key)
+        if wait is None:
+            self.hit(key)
+        return wait
+
+
+def retry_after(wait: float) -> str:
+    """The ``Retry-After`` header's value: whole seconds, rounded up."""
+    return str(max(1, math.ceil(wait)))
+
+
+def client_address(meta: dict) -> str:
+    """The client's address: ``REMOTE_ADDR``, or — behind ``AGENTRUN_TRUSTED_PROXIES`` proxies that each
+    append to ``X-Forwarded-For`` — the entry that many places from its right end. Only what the
+    trusted proxies wrote is believed: a client cannot pick its address by sending the header itself."""
+    remote = meta.get("REMOTE_ADDR") or ""
+    proxies = settings.AGENTRUN_TRUSTED_PROXIES
+    if proxies and (forwarded := meta.get("HTTP_X_FORWARDED_FOR")):
+        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+        if len(hops) >= proxies:
+            remote = hops[-proxies]
+    try:
+        return str(ipaddress.ip_address(remote))
+    except ValueError:
+        return remote[:64] or "unknown"
+
+
+def axes_client_address(request: object) -> str | None:
+    """django-axes' ``AXES_CLIENT_IP_CALLABLE``: the same address every other limit uses (None for a
+    request made in-process, such as the test client's ``force_login``: axes stores it as an IP)."""
+    address = client_address(getattr(request, "META", {}))
+    return None if address == "unknown" else address
