@@ -422,6 +422,7 @@ class Decision(models.Model):
         SYSTEM = "system"
         LINK = "link"  # a signed decision link
         POLICY = "policy"  # a standing grant or a timeout policy
+        SLACK = "slack"  # a button (or a modal) of an interactive Slack message (docs/slack.md)
 
     id = models.CharField(primary_key=True, max_length=40, default=_decision_id, editable=False)
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="decisions")
@@ -443,7 +444,8 @@ class Decision(models.Model):
     via = models.CharField(max_length=16, choices=Via.choices)
     decided_at = models.DateTimeField(default=timezone.now)
     # What made an automatic decision (``via`` policy): ``{"policy": "grant", "grantId", …}`` or
-    # ``{"policy": "timeout", "onTimeout", …}``. Null for a person's decision and for expiry.
+    # ``{"policy": "timeout", "onTimeout", …}``; a person's decision from Slack: ``{"slack": {"userId",
+    # "teamId"}}`` (docs/slack.md). Null for other decisions of a person and for expiry.
     details = models.JSONField(null=True, blank=True)
     # The risk the decided call carried when it was decided (its ``SuspendedToolCall.risk``: for a
     # sub-agent's call surfaced on its supervisor, the inner call's). Kept, not derived from the tool's
