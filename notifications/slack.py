@@ -440,7 +440,14 @@ def _messages_for_suspension(event: OutboxEvent) -> list[SlackMessage]:
     )
     # A sub-agent's calls are surfaced, one at a time, on its supervisor's call, and shown (and decided)
     # there (docs/runs.md#sub-agents): one message per thing to decide.
-    calls = [c for c in calls if c.run.parent_run_id is None]
+    return show([c for c in calls if c.run.parent_run_id is None], destinations, event=event)
+
+
+def show(
+    calls: list[SuspendedToolCall], destinations: list[SlackDestination], *, event: OutboxEvent | None = None
+) -> list[SlackMessage]:
+    """The message about each open call (its run selected) in each destination, made once: bound to the
+    call's current suspension and to the fingerprint of the arguments it shows."""
     messages = []
     for view in open_call_views(calls):
         call = view.call
