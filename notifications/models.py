@@ -266,7 +266,8 @@ class SlackDestination(models.Model):
         return self.active and (not self.agents or agent_id in self.agents)
 
     def to_dict(self) -> dict:
-        """``{id, name, botToken (write-only), channel, agents, active}`` (+ createdAt): docs/api.md#slack."""
+        """``{id, name, botToken (write-only), channel, agents, active}`` (+ createdAt):
+        docs/api.md#slack-destinations."""
         return {
             "id": self.id,
             "name": self.name,
