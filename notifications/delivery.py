@@ -36,7 +36,7 @@ from django.utils import timezone
 from agentrun.core import access, metrics, retention, secretbox
 from agentrun.core.models import OutboxEvent
 from notifications import egress, emails, payloads, signatures, slack
-from notifications.models import EmailNotice, SlackDestination, WebhookDelivery, WebhookEndpoint
+from notifications.models import EmailNotice, SlackDelivery, SlackDestination, WebhookDelivery, WebhookEndpoint
 
 logger = logging.getLogger("agentrun.notifications")
 
@@ -313,7 +313,8 @@ notifier = Notifier()
 
 # --- retention (agentrun.core.retention) -----------------------------------------------------------
 def retention_kinds() -> list[retention.Kind]:
-    """Finished deliveries and sent notices, oldest first; pruned before the events they belong to."""
+    """Finished deliveries (webhooks, Slack) and sent notices, oldest first; pruned before the events they
+    belong to."""
     return [
         retention.Kind(
             "webhook deliveries",
@@ -321,6 +322,17 @@ def retention_kinds() -> list[retention.Kind]:
             "deliveries",
             lambda cutoff: (
                 WebhookDelivery.objects.exclude(status=WebhookDelivery.Status.PENDING)
+                .filter(created_at__lt=cutoff)
+                .order_by("created_at")
+            ),
+            rank=40,
+        ),
+        retention.Kind(
+            "Slack deliveries",  # kept as long as webhook deliveries
+            "AGENTRUN_RETAIN_DELIVERIES_DAYS",
+            "deliveries",
+            lambda cutoff: (
+                SlackDelivery.objects.exclude(status=SlackDelivery.Status.PENDING)
                 .filter(created_at__lt=cutoff)
                 .order_by("created_at")
             ),
