@@ -239,6 +239,7 @@ SPECTACULAR_SETTINGS = {
         "StepTypeEnum": "agentrun.core.models.RunStep.Type",
         "BackgroundTaskStatusEnum": "agentrun.api.views.BACKGROUND_TASK_STATUSES",
         "EventTypeEnum": "agentrun.core.outbox.EVENT_TYPES",
+        "DeliveryStatusEnum": "notifications.models.WebhookDelivery.Status",  # Slack's deliveries' too
         "ListObjectEnum": ["list"],
         "RunObjectEnum": ["thread.run"],
         "StepObjectEnum": ["thread.run.step"],
