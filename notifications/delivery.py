@@ -82,7 +82,8 @@ def take_event(event_id: str) -> bool:
             [WebhookDelivery(endpoint=e, event=event, next_attempt_at=now) for e in endpoints], ignore_conflicts=True
         )
         emails.create_notices(event)
-        slack_deliveries = slack.create_deliveries(event)  # Slack messages posted or updated (docs/slack.md)
+        # Slack messages posted or updated (docs/slack.md)
+        slack_deliveries = slack.create_deliveries(event, destinations=notifier.has_slack_destinations())
         event.handled_at = now
         event.save(update_fields=["handled_at"])
         # One task each: an endpoint that hangs holds its own task, not the others'.
@@ -300,6 +301,9 @@ class Notifier:
             or any(e.subscribes(type_, agent_id) for e in endpoints)
             or slack.any_destination(destinations, type_, agent_id)
         )
+
+    def has_slack_destinations(self) -> bool:
+        return bool(self._current()[2])
 
     def recorded(self, event_id: str) -> None:
         handle_event.enqueue(event_id)

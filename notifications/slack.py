@@ -478,9 +478,11 @@ def show(
     return messages
 
 
-def create_deliveries(event: OutboxEvent) -> list[str]:
-    """In the transaction that takes ``event``: the Slack deliveries it causes. Returns their ids."""
-    if event.type not in SLACK_EVENTS:
+def create_deliveries(event: OutboxEvent, *, destinations: bool = True) -> list[str]:
+    """In the transaction that takes ``event``: the Slack deliveries it causes. Returns their ids.
+    ``destinations``: whether any destination is active (the listener's in-memory view): without one,
+    no query is made (a deactivated destination's messages are no longer updated)."""
+    if event.type not in SLACK_EVENTS or not destinations:
         return []
     if event.type == RUN_SUSPENDED:
         messages, action = _messages_for_suspension(event), SlackDelivery.Action.POST
@@ -543,7 +545,8 @@ def _attempt(delivery: SlackDelivery) -> egress.Outcome:
         posting = message.deliveries.filter(action=SlackDelivery.Action.POST, status=SlackDelivery.Status.PENDING)
         # Posted after this update was queued: the post shows the state it finds, the update waits for it.
         return egress.Outcome(None, "not posted yet" if posting.exists() else "never posted")
-    payload = {"channel": message.channel_id, "ts": message.ts, "text": text, "blocks": content}
+    channel = message.channel_id or message.destination.channel
+    payload = {"channel": channel, "ts": message.ts, "text": text, "blocks": content}
     outcome, _ = web_api("chat.update", token, payload)
     return outcome
 

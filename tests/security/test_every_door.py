@@ -288,9 +288,11 @@ def by_slack(user: User, call: Waiting, *, fingerprint: Any = SEEN, extra: dict 
     message always carries what it showed: ``fingerprint`` is the one it binds (the call's at the time)."""
     fake = SLACK[0]
     owner = User.objects.filter(is_superuser=True).first() or User.objects.create_superuser("slack-owner")
-    place = SlackDestination.objects.first() or SlackDestination.objects.create(
-        name="reviews", channel="C0REVIEWS", owner=owner, sealed_bot_token=""
-    )
+    place = SlackDestination.objects.first()
+    if place is None:
+        place = SlackDestination(name="reviews", channel="C0REVIEWS", owner=owner)
+        place.bot_token = "xoxb-door"
+        place.save()
     [message] = slack.show([SuspendedToolCall.objects.select_related("run").get(pk=call.call.pk)], [place])
     if fingerprint is not SEEN:  # posted when the call showed other arguments
         SlackMessage.objects.filter(pk=message.pk).update(args_fingerprint=fingerprint or "")
