@@ -468,3 +468,120 @@ def test_a_forged_button_value_decides_nothing(fake_slack):
     [message] = posted(fake_slack)
     assert interact(_approve_click(fake_slack, "U0ERIN", message.id)).status_code == 200
     assert SuspendedToolCall.objects.get(run_id=run_id).status == "open" and not Decision.objects.exists()
+
+
+def test_a_call_that_needs_two_approvals_shows_its_count_and_keeps_its_buttons(fake_slack):
+    destination()
+    linked("erin", "U0ERIN")
+    linked("finn", "U0FINN")
+    stream, _ = async_to_sync(start)("billing-agent", tool_line("pay-invoice", {"invoiceId": "inv-1", "amount": 12.5}))
+    posted(fake_slack)
+    value = value_of(fake_slack)
+    assert "Approvals: 0 of 2" in json.dumps(fake_slack.of("chat.postMessage")[0].body["blocks"])
+    interact(_approve_click(fake_slack, "U0ERIN", value))
+    [update] = fake_slack.wait_for("chat.update")
+    shown = json.dumps(update.body["blocks"])
+    assert "Approvals: 1 of 2 (erin)" in shown and [b for b in update.body["blocks"] if b["type"] == "actions"]
+    interact(_approve_click(fake_slack, "U0ERIN", value))  # the same person again: nothing
+    assert "another person must approve" in fake_slack.wait_for("hook", 2)[-1].body["text"]
+    interact(_approve_click(fake_slack, "U0FINN", value))
+    assert [d.decided_by_username for d in Decision.objects.filter(run_id=stream.run_id).order_by("decided_at")] == [
+        "erin",
+        "finn",
+    ]
+    wait_rested(stream.run_id)
+    final = fake_slack.wait_until(
+        lambda: [c for c in fake_slack.of("chat.update") if "*Approved* by finn (via slack)" in json.dumps(c.body)],
+        what="the final update",
+    )
+    assert not [b for b in final[-1].body["blocks"] if b["type"] == "actions"]
+
+
+def test_an_expired_run_updates_its_message(fake_slack):
+    from django.utils import timezone
+
+    from agentrun.core.models import Run, Snapshot
+    from agentrun.engine.decisions import expire_due_runs
+
+    destination()
+    run_id = email_run(thread="t-expire")
+    posted(fake_slack)
+    Snapshot.objects.filter(run_id=run_id).update(expires_at=timezone.now())
+    Run.objects.filter(pk=run_id).update(expires_at=timezone.now())
+    assert expire_due_runs() == 1
+    update = fake_slack.wait_until(
+        lambda: [c for c in fake_slack.of("chat.update") if "Expired" in json.dumps(c.body)], what="the update"
+    )
+    assert "by the system (via system)" in json.dumps(update[-1].body["blocks"])
+
+
+def test_a_destination_gets_only_the_calls_its_owner_may_view_and_of_its_agents(fake_slack, settings):
+    settings.AGENTRUN_AGENT_REVIEWERS = {"support-agent": ["Support team"]}
+    narrow = make_user("nora", group=None, is_staff=True)
+    made = SlackDestination(name="narrow", channel="#n", owner=narrow)
+    made.bot_token = TOKEN
+    made.save()
+    destination(agents=["billing-agent"])
+    email_run(thread="t-scope")  # support-agent: nora may not view it; the other is for billing-agent
+    refund_run(thread="t-scope-b")
+    [message] = posted(fake_slack)
+    assert message.agent_id == "billing-agent" and message.destination.name == "reviews"
+    assert SlackMessage.objects.count() == 1
+
+
+def test_the_sweep_sends_again_what_lost_its_task(fake_slack, monkeypatch):
+    from datetime import timedelta
+
+    from notifications import delivery
+
+    destination()
+    lost = type("LostTask", (), {"enqueue": staticmethod(lambda *a, **k: None)})()
+    monkeypatch.setattr(slack, "attempt_slack", lost)  # the process "dies" before its task runs
+    email_run(thread="t-sweep")
+    row = wait_until(lambda: SlackDelivery.objects.filter(action="post").first(), what="the post delivery")
+    monkeypatch.undo()
+    delivery.sweep()
+    assert not fake_slack.of("chat.postMessage")  # due too recently: its own task may still run
+    SlackDelivery.objects.filter(pk=row.pk).update(next_attempt_at=row.next_attempt_at - timedelta(minutes=1))
+    delivery.sweep()
+    fake_slack.wait_for("chat.postMessage")
+    wait_until(lambda: SlackDelivery.objects.filter(pk=row.pk, status="delivered").exists())
+
+
+def test_the_admin_shows_the_slack_delivery_log_and_resends(fake_slack):
+    destination()
+    email_run(thread="t-admin")
+    posted(fake_slack)
+    row = wait_until(lambda: SlackDelivery.objects.filter(status="delivered").first())
+    browser = Client()
+    browser.force_login(make_user("root", group=None, is_staff=True, is_superuser=True))
+    for page in ("slackdestination", "slackdelivery", "slackmessage", "slackidentity"):
+        assert browser.get(f"/admin/notifications/{page}/").status_code == 200, page
+    added = browser.post(
+        "/admin/notifications/slackdestination/add/",
+        {"name": "ops", "bot_token": "xoxb-admin", "channel": "C0OPS", "agents": "", "active": "on"},
+    )
+    assert added.status_code == 302
+    made = SlackDestination.objects.get(name="ops")
+    assert (
+        made.bot_token == "xoxb-admin"
+        and "xoxb-admin" not in browser.get(f"/admin/notifications/slackdestination/{made.pk}/change/").content.decode()
+    )
+    response = browser.post(
+        "/admin/notifications/slackdelivery/",
+        {"action": "resend_slack_deliveries", "_selected_action": [row.id]},
+        follow=True,
+    )
+    assert "Resending 1 Slack delivery" in response.content.decode()
+    wait_until(lambda: SlackDelivery.objects.filter(pk=row.pk, attempts=2, status="delivered").exists())
+    assert len(fake_slack.of("chat.postMessage")) == 1  # posted already: the resend does not post twice
+
+
+def test_the_destination_list_costs_a_fixed_number_of_queries(fake_slack, django_assert_max_num_queries):
+    root = make_user("root", group=None, is_staff=True, is_superuser=True)
+    for _ in range(5):
+        destination()
+    api = APIClient()
+    api.force_authenticate(root)
+    with django_assert_max_num_queries(3):
+        assert len(api.get("/api/slack-destinations/").json()["data"]) == 5
