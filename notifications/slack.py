@@ -49,7 +49,7 @@ from agentrun.engine.service import Decider, DecisionCommand, DecisionOutcome
 from approvals.public import open_call_views, thread_path
 from notifications import egress
 from notifications.models import SlackDelivery, SlackDestination, SlackIdentity, SlackMessage
-from notifications.payloads import _escape, public_url
+from notifications.payloads import escape, public_url
 
 logger = logging.getLogger("agentrun.notifications.slack")
 
@@ -122,7 +122,7 @@ def link(*, code: str, team_id: str, slack_user_id: str) -> tuple[Any | None, st
     if not cache.add(f"agentrun:slack-code:{hashlib.sha256(code.strip().encode()).hexdigest()}", 1, LINK_CODE_MAX_AGE):
         return None, f"That link code was used already. Get a new one at {settings_url()}"
     SlackIdentity.objects.update_or_create(team_id=team_id, slack_user_id=slack_user_id, defaults={"user": user})
-    return user, f"Linked: your Slack decisions are now {_escape(user.get_username())}'s in agentrun."
+    return user, f"Linked: your Slack decisions are now {escape(user.get_username())}'s in agentrun."
 
 
 def linked_user(team_id: str, slack_user_id: str) -> Any | None:
@@ -181,7 +181,7 @@ def _args_text(args: Any) -> str:
 
 def _code(text: str) -> str:
     # Inside ``` Slack still reads &, < and >: escaped, the arguments cannot ping or forge a link.
-    return "```" + _escape(text).replace("```", "`\u200b``") + "```"
+    return "```" + escape(text).replace("```", "`\u200b``") + "```"
 
 
 def state(message: SlackMessage) -> tuple[Decision | None, str | None, list[Decision]]:
@@ -215,9 +215,9 @@ def outcome_line(decision: Decision) -> str:
     who = decision.decided_by_username or AUTOMATIC_DECIDERS.get(Decision.Via(decision.via), "someone")
     stamp, fallback = int(decision.decided_at.timestamp()), f"{decision.decided_at:%Y-%m-%d %H:%M} UTC"
     when = f"<!date^{stamp}^{{date_short_pretty}} {{time}}|{fallback}>"  # shown in the reader's time zone
-    line = f"{icon} *{verb}* by {_escape(who)} (via {decision.via}) {when}"
+    line = f"{icon} *{verb}* by {escape(who)} (via {decision.via}) {when}"
     if decision.reason and decision.kind == "decline":
-        line += f": {_escape(decision.reason[:500])}"
+        line += f": {escape(decision.reason[:500])}"
     return line
 
 
@@ -229,22 +229,23 @@ def blocks(message: SlackMessage, *, value: str | None = None) -> tuple[str, lis
     tool = call["tool"]
     risk = call.get("risk") or "medium"
     risk_icon = {"high": ":red_circle:", "medium": ":large_orange_circle:", "low": ":white_circle:"}.get(risk, "")
-    text = f"{message.agent_id} waits for a decision on {tool} (risk {risk})"
+    # The fallback text (notifications, screen readers) is mrkdwn too: escaped like the blocks.
+    text = f"{escape(message.agent_id)} waits for a decision on {escape(tool)} (risk {risk})"
     card = public_url(thread_path(message.thread_id))
     fields = [
-        _mrkdwn(f"*Agent*\n{_escape(message.agent_id)}"),
-        _mrkdwn(f"*Tool*\n`{_escape(tool)}`"),
+        _mrkdwn(f"*Agent*\n{escape(message.agent_id)}"),
+        _mrkdwn(f"*Tool*\n`{escape(tool)}`"),
         _mrkdwn(f"*Risk*\n{risk_icon} {risk}"),
-        _mrkdwn(f"*Thread*\n<{card}|{_escape(message.thread_id[:200])}>"),
+        _mrkdwn(f"*Thread*\n<{card}|{escape(message.thread_id[:200])}>"),
     ]
     if call.get("resourceId"):
-        fields.append(_mrkdwn(f"*Resource*\n{_escape(str(call['resourceId'])[:200])}"))
+        fields.append(_mrkdwn(f"*Resource*\n{escape(str(call['resourceId'])[:200])}"))
     args = _args_text(call.get("args"))
     shown = args if len(args) <= ARGS_IN_MESSAGE else args[:ARGS_IN_MESSAGE] + "\n…"
     result: list[dict] = [
         {
             "type": "section",
-            "text": _mrkdwn(f":hourglass_flowing_sand: *{_escape(message.agent_id)}* waits for a decision"),
+            "text": _mrkdwn(f":hourglass_flowing_sand: *{escape(message.agent_id)}* waits for a decision"),
         },
         {"type": "section", "fields": fields},
         {"type": "section", "text": _mrkdwn("*Arguments*\n" + _code(shown))},
@@ -254,19 +255,19 @@ def blocks(message: SlackMessage, *, value: str | None = None) -> tuple[str, lis
             {"type": "context", "elements": [_mrkdwn(f"Arguments truncated: <{card}|see them all in agentrun>")]}
         )
     if call.get("reason"):
-        result.append({"type": "section", "text": _mrkdwn("*Why*\n" + _escape(call["reason"][:1500]))})
+        result.append({"type": "section", "text": _mrkdwn("*Why*\n" + escape(call["reason"][:1500]))})
     required = call.get("approvalsRequired") or 1
     if required > 1:
-        names = ", ".join(_escape(d.decided_by_username or "someone") for d in given) or "none yet"
+        names = ", ".join(escape(d.decided_by_username or "someone") for d in given) or "none yet"
         result.append({"type": "context", "elements": [_mrkdwn(f"Approvals: {len(given)} of {required} ({names})")]})
     if final is not None:
         result.append({"type": "context", "elements": [_mrkdwn(outcome_line(final))]})
-        text = f"{tool}: {final.kind} by {final.decided_by_username or final.via} (via {final.via})"
+        text = f"{escape(tool)}: {final.kind} by {escape(final.decided_by_username or final.via)} (via {final.via})"
     elif ended is not None:
         result.append(
             {"type": "context", "elements": [_mrkdwn(f":heavy_minus_sign: No longer waits (the run is {ended}).")]}
         )
-        text = f"{tool}: no longer waits (run {ended})"
+        text = f"{escape(tool)}: no longer waits (run {ended})"
     else:
         value = value or button_value(message)
         approve: dict[str, Any] = {
@@ -306,7 +307,7 @@ def confirm_view(message: SlackMessage, private_metadata: str) -> dict:
         {
             "type": "section",
             "text": _mrkdwn(
-                f":warning: *High risk.* Approve `{_escape(message.call['tool'])}` of *{_escape(message.agent_id)}* "
+                f":warning: *High risk.* Approve `{escape(message.call['tool'])}` of *{escape(message.agent_id)}* "
                 "with exactly these arguments?"
             ),
         }
@@ -344,7 +345,7 @@ def decline_view(message: SlackMessage, private_metadata: str) -> dict:
         "blocks": [
             {
                 "type": "section",
-                "text": _mrkdwn(f"Decline `{_escape(message.call['tool'])}` of *{_escape(message.agent_id)}*?"),
+                "text": _mrkdwn(f"Decline `{escape(message.call['tool'])}` of *{escape(message.agent_id)}*?"),
             },
             {
                 "type": "input",

@@ -23,7 +23,7 @@ from agentrun.core.models import Decision
 from approvals.public import thread_path
 from notifications import slack
 from notifications.models import SlackIdentity, SlackMessage
-from notifications.payloads import _escape, public_url
+from notifications.payloads import escape, public_url
 
 VIEWS_OPEN_TIMEOUT = 2.5  # seconds: within Slack's three, with the time the request took to arrive
 CLOSED_CODES = {"RUN_NOT_FOUND", "RUN_NOT_SUSPENDED", "TOOL_CALL_NOT_SUSPENDED"}
@@ -60,7 +60,7 @@ AUTOMATIC = {"policy": "a policy", "system": "the system"}
 
 def closed_text(decision: Decision) -> str:
     who = decision.decided_by_username or AUTOMATIC.get(decision.via, "someone")
-    return f"Already {decision.kind}d by {_escape(who)} (via {decision.via}). Nothing changed."
+    return f"Already {decision.kind}d by {escape(who)} (via {decision.via}). Nothing changed."
 
 
 def explanation(exc: AgentRunError, message: SlackMessage) -> str:
@@ -68,7 +68,7 @@ def explanation(exc: AgentRunError, message: SlackMessage) -> str:
     details = exc.details or {}
     if exc.code == "TOOL_CALL_ALREADY_DECIDED":
         who = details.get("decidedBy") or AUTOMATIC.get(details.get("via") or "", "someone")
-        return f"Already {details.get('decision')}d by {_escape(who)} (via {details.get('via')}). Nothing changed."
+        return f"Already {details.get('decision')}d by {escape(who)} (via {details.get('via')}). Nothing changed."
     if exc.code == "ARGS_CHANGED":
         return (
             "This message is out of date: the call waits on something else now. Nothing changed; "
@@ -78,7 +78,7 @@ def explanation(exc: AgentRunError, message: SlackMessage) -> str:
         return "This call no longer waits. Nothing changed."
     if exc.code == "ALREADY_APPROVED":
         return "You already approved these arguments: another person must approve too. Nothing changed."
-    return f"{_escape(exc.message)} Nothing changed."
+    return f"{escape(exc.message)} Nothing changed."
 
 
 def _decide_and_answer(
@@ -112,8 +112,8 @@ def _person(message: SlackMessage, team_id: str, slack_user_id: str) -> tuple[An
             f"{slack.settings_url()} and type `/agentrun link <code>` here."
         )
     if not access.can_decide_agent(user, message.agent_id):
-        who = _escape(user.get_username())
-        return None, f"You ({who} in agentrun) may not decide calls of {_escape(message.agent_id)}. Nothing changed."
+        who = escape(user.get_username())
+        return None, f"You ({who} in agentrun) may not decide calls of {escape(message.agent_id)}. Nothing changed."
     return user, None
 
 

@@ -101,6 +101,7 @@ def _settings_context(request: HttpRequest, current: str, **extra: Any) -> dict[
     }
 
 
+@never_cache  # it shows a fresh Slack link code: never from a cache
 @login_required
 @require_http_methods(["GET", "POST"])
 def notification_settings(request: HttpRequest) -> HttpResponse:
