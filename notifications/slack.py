@@ -176,12 +176,33 @@ def _mrkdwn(text: str) -> dict:
 
 
 def _args_text(args: Any) -> str:
-    return json.dumps(args, ensure_ascii=False, indent=2, sort_keys=True)
+    """The arguments as JSON, escaped for mrkdwn: inside ``` Slack still reads &, < and >, so escaped
+    the arguments cannot ping or forge a link (and cannot close the code block)."""
+    text = json.dumps(args, ensure_ascii=False, indent=2, sort_keys=True)
+    return escape(text).replace("```", "`\u200b``")
+
+
+def _cut(text: str, limit: int) -> str:
+    """At most ``limit`` characters of escaped text, never ending inside an entity (``&amp;``)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    amp = cut.rfind("&")
+    if amp > limit - 5 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    return cut
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    chunks = []
+    while text:
+        chunks.append(_cut(text, size))
+        text = text[len(chunks[-1]) :]
+    return chunks or [""]
 
 
 def _code(text: str) -> str:
-    # Inside ``` Slack still reads &, < and >: escaped, the arguments cannot ping or forge a link.
-    return "```" + escape(text).replace("```", "`\u200b``") + "```"
+    return "```" + text + "```"
 
 
 def state(message: SlackMessage) -> tuple[Decision | None, str | None, list[Decision]]:
@@ -217,7 +238,7 @@ def outcome_line(decision: Decision) -> str:
     when = f"<!date^{stamp}^{{date_short_pretty}} {{time}}|{fallback}>"  # shown in the reader's time zone
     line = f"{icon} *{verb}* by {escape(who)} (via {decision.via}) {when}"
     if decision.reason and decision.kind == "decline":
-        line += f": {escape(decision.reason[:500])}"
+        line += f": {_cut(escape(decision.reason), 1000)}"
     return line
 
 
@@ -241,7 +262,7 @@ def blocks(message: SlackMessage, *, value: str | None = None) -> tuple[str, lis
     if call.get("resourceId"):
         fields.append(_mrkdwn(f"*Resource*\n{escape(str(call['resourceId'])[:200])}"))
     args = _args_text(call.get("args"))
-    shown = args if len(args) <= ARGS_IN_MESSAGE else args[:ARGS_IN_MESSAGE] + "\n…"
+    shown = args if len(args) <= ARGS_IN_MESSAGE else _cut(args, ARGS_IN_MESSAGE) + "\n…"
     result: list[dict] = [
         {
             "type": "section",
@@ -255,7 +276,7 @@ def blocks(message: SlackMessage, *, value: str | None = None) -> tuple[str, lis
             {"type": "context", "elements": [_mrkdwn(f"Arguments truncated: <{card}|see them all in agentrun>")]}
         )
     if call.get("reason"):
-        result.append({"type": "section", "text": _mrkdwn("*Why*\n" + escape(call["reason"][:1500]))})
+        result.append({"type": "section", "text": _mrkdwn("*Why*\n" + _cut(escape(call["reason"]), 1500))})
     required = call.get("approvalsRequired") or 1
     if required > 1:
         names = ", ".join(escape(d.decided_by_username or "someone") for d in given) or "none yet"
@@ -300,8 +321,7 @@ def blocks(message: SlackMessage, *, value: str | None = None) -> tuple[str, lis
 def confirm_view(message: SlackMessage, private_metadata: str) -> dict:
     """The modal a high-risk Approve opens: every argument, and a confirm button (none when they are too
     long to show in Slack: then they are approved on the dashboard, where they are shown)."""
-    args = _args_text(message.call.get("args"))
-    chunks = [args[i : i + MODAL_CHUNK] for i in range(0, len(args), MODAL_CHUNK)] or [""]
+    chunks = _chunks(_args_text(message.call.get("args")), MODAL_CHUNK)
     card = public_url(thread_path(message.thread_id))
     head = [
         {

@@ -585,3 +585,24 @@ def test_the_destination_list_costs_a_fixed_number_of_queries(fake_slack, django
     api.force_authenticate(root)
     with django_assert_max_num_queries(3):
         assert len(api.get("/api/slack-destinations/").json()["data"]) == 5
+
+
+def test_arguments_full_of_control_characters_stay_within_slacks_limits(fake_slack):
+    """Escaping makes text longer (``<`` is ``&lt;``): the message and the modal are cut after escaping,
+    never inside an entity, and every block still validates (slack_fake validates with slack_sdk)."""
+    destination()
+    linked("erin", "U0ERIN")
+    order = "<&>" * 3000
+    stream, _ = async_to_sync(start)("billing-agent", tool_line("refund", {"orderId": order, "amount": 5}))
+    posted(fake_slack)
+    text = json.dumps(fake_slack.of("chat.postMessage")[0].body["blocks"])
+    assert "see them all in agentrun" in text and "<&>" not in text
+    interact(_approve_click(fake_slack, "U0ERIN", value_of(fake_slack)))
+    [opened] = fake_slack.wait_for("views.open")
+    sections = [b["text"]["text"] for b in opened.body["view"]["blocks"][1:]]
+    assert all(len(s) <= 3000 for s in sections) and len(sections) > 1
+    shown = "".join(s.removeprefix("```").removesuffix("```") for s in sections)
+    assert shown.count("&lt;&amp;&gt;") == 3000  # every character, none cut in half
+    interact(submission(opened.body["view"], "U0ERIN"))
+    assert Decision.objects.get(run_id=stream.run_id).via == "slack"
+    wait_rested(stream.run_id)
