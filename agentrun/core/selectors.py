@@ -434,14 +434,17 @@ def decision_history(
     resource_id: str | None = None,
     decided_by: str | None = None,
     kind: str | None = None,
+    tool_name: str | None = None,
+    via: str | None = None,
     from_date: datetime | str | None = None,
     to_date: datetime | str | None = None,
 ) -> QuerySet[Decision]:
     """The audit trail, filtered: what ``GET /api/decisions`` and the dashboard's history page both read.
 
-    ``hidden``: agents the reader is outside of (``agentrun.core.access.hidden_agent_ids``). Empty filters
-    are ignored; dates bound ``decidedAt`` inclusively (``INVALID_DATE`` otherwise). Unordered: the
-    caller pages it (cursor or page number) on ``(decided_at, id)``.
+    ``hidden``: agents the reader is outside of (``agentrun.core.access.hidden_agent_ids``). ``tool_name``
+    matches the tool the reviewer saw (a surfaced sub-agent call's inner tool too). Empty filters are
+    ignored; dates bound ``decidedAt`` inclusively (``INVALID_DATE`` otherwise). Unordered: the caller pages
+    it (cursor or page number) on ``(decided_at, id)``.
     """
     decisions = Decision.objects.all()
     if hidden:
@@ -454,9 +457,13 @@ def decision_history(
         ("run__resource_id", resource_id),
         ("decided_by_username", decided_by),
         ("kind", kind),
+        ("via", via),
     ):
         if value:
             decisions = decisions.filter(**{column: value})
+    if tool_name:
+        # The tool the reviewer saw: a sub-agent's tool surfaced on its supervisor's call counts as that tool.
+        decisions = decisions.filter(Q(tool_name=tool_name) | Q(inner_tool_name=tool_name))
     if (start := parse_datetime_bound(from_date, "fromDate")) is not None:
         decisions = decisions.filter(decided_at__gte=start)
     if (end := parse_datetime_bound(to_date, "toDate")) is not None:
