@@ -274,6 +274,9 @@ class Snapshot(models.Model):
             models.Index(fields=["agent_id", "-created_at", "-run"], name="snapshot_agent_created"),
             models.Index(fields=["agent_id", "thread_id", "-created_at", "-run"], name="snapshot_agent_thread"),
             models.Index(fields=["agent_id", "resource_id", "-created_at", "-run"], name="snapshot_agent_resource"),
+            # Serves the listing across agents (GET /api/suspended-runs): WHERE agent_id IN (…) ORDER BY
+            # created_at DESC, run_id DESC LIMIT n reads it in order, filtering on the agent, and stops.
+            models.Index(fields=["-created_at", "-run"], name="snapshot_created"),
             # Serves the sweep's expiry query (decisions.expire_due_runs): waiting runs with a TTL only.
             models.Index(fields=["expires_at"], name="snapshot_expiry", condition=Q(expires_at__isnull=False)),
             # Serves the listing total's correction: the agent's snapshots past their time to live that the
