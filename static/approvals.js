@@ -122,11 +122,21 @@
     if (event.target.matches(".decide-form textarea[name=args]")) syncEditor(event.target.closest("form"));
   });
 
-  /* --- keyboard: j/k move between cards, a/d approve/decline the focused one, e edits, ? shows keys --- */
+  /* --- keyboard (docs/dashboard.md#keys): j/k move between cards (inbox: between calls), Enter opens a
+     call's card from the inbox, a approves, d opens the reason box (Enter in it declines), e edits,
+     Esc closes what is open and gives focus back to the card, ? shows the keys --- */
+  var ROW = "#threads .row-call[data-tool-call-ref]";
   // After a decision swaps a card away, focus goes to the card now at its place.
   var refocus = null; // {card, index}
+  // After any other answer replaces a card (a cancelled confirmation, an error): focus that card again.
+  var focusAfterSwap = null; // an element id
 
+  function units() { return Array.from(document.querySelectorAll(document.getElementById("calls") ? CARD : ROW)); }
   function cards() { return Array.from(document.querySelectorAll(CARD)); }
+  function focusedUnit() {
+    var el = document.activeElement;
+    return el && el.closest ? el.closest(CARD + ", " + ROW) : null;
+  }
   function focusedCard() { return document.activeElement && document.activeElement.closest(CARD); }
   function focusCard(card) {
     if (!card) return;
@@ -134,9 +144,9 @@
     card.scrollIntoView({ block: "nearest" });
   }
   function move(step) {
-    var all = cards();
+    var all = units();
     if (!all.length) return;
-    var i = all.indexOf(focusedCard());
+    var i = all.indexOf(focusedUnit());
     focusCard(all[i < 0 ? 0 : Math.max(0, Math.min(all.length - 1, i + step))]);
   }
   function press(kind) {
@@ -148,6 +158,33 @@
     refocus = { card: card, index: cards().indexOf(card) };
     button.click(); // a high-risk approval answers with its confirmation step, nothing more
   }
+  function openReason(unit) {
+    // d: the reason box, armed so that Enter in it declines; nothing is decided yet.
+    var form = unit.querySelector(".row-decide");
+    if (form) form.hidden = false;
+    var box = unit.querySelector(".decline-group input[name=reason], .row-decide input[name=reason]");
+    if (!box || box.disabled) return;
+    box.dataset.armed = "decline";
+    box.focus();
+    box.select();
+  }
+  function closeInline(unit) {
+    var form = unit.querySelector(".row-decide");
+    if (form) { form.hidden = true; form.reset(); }
+    unit.querySelectorAll("[data-armed]").forEach(function (b) { delete b.dataset.armed; });
+    focusCard(unit);
+  }
+  function inboxPress(kind) {
+    var row = focusedUnit();
+    if (!row || !row.matches(ROW)) return;
+    if (kind === "open" || (kind === "approve" && row.dataset.risk === "high") || kind === "edit") {
+      location.href = row.dataset.cardUrl; // high risk is confirmed on its card, never from a list
+      return;
+    }
+    if (kind === "decline") { openReason(row); return; }
+    var button = row.querySelector(".row-decide button[value=approve]");
+    if (button && !button.disabled) button.click();
+  }
   var beforeKeys = null;
   function showKeys() {
     var dialog = document.getElementById("keys-help");
@@ -156,23 +193,64 @@
     dialog.addEventListener("close", function () {
       // Back to the card the reviewer had focused, so j/k go on from there. (The close event comes a
       // moment after the dialog hides: never take focus from where a key already moved it.)
-      var card = beforeKeys && beforeKeys.closest && beforeKeys.closest(CARD);
-      if (card && document.body.contains(card) && !focusedCard()) card.focus();
+      var card = beforeKeys && beforeKeys.closest && beforeKeys.closest(CARD + ", " + ROW);
+      if (card && document.body.contains(card) && !focusedUnit()) card.focus();
     }, { once: true });
     dialog.showModal();
   }
+  function escape(target) {
+    // Esc: close the innermost open thing and give focus back to its card. Dialogs close themselves.
+    var unit = target.closest && target.closest(CARD + ", " + ROW);
+    var batch = target.closest && target.closest(".batch-confirm");
+    if (batch) { batch.querySelector("button[name=cancel]").click(); return true; }
+    if (!unit) return false;
+    var confirm = unit.querySelector(".confirm button[name=action][value=cancel]");
+    if (confirm) { focusAfterSwap = unit.id; confirm.click(); return true; }
+    var form = unit.querySelector(".decide-form.editing");
+    if (form && target.closest(".editor")) { setEditing(form, false); focusCard(unit); return true; }
+    if (target.matches("input, textarea, select") || unit.querySelector(".row-decide:not([hidden])")) {
+      closeInline(unit);
+      return true;
+    }
+    return false;
+  }
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+    if (!event.target.closest) return;
+    if (event.key === "Escape" && !event.target.closest("dialog[open]")) {
+      if (escape(event.target)) event.preventDefault();
+      return;
+    }
+    // Enter in a reason box that d opened declines (anywhere else Enter in a text box submits nothing).
+    if (event.key === "Enter" && event.target.dataset && event.target.dataset.armed === "decline") {
+      var unit = event.target.closest(CARD + ", " + ROW);
+      var decline = unit && unit.querySelector("button[name=action][value=decline]");
+      if (decline && !decline.disabled) {
+        if (unit.matches(CARD)) refocus = { card: unit, index: cards().indexOf(unit) };
+        event.preventDefault();
+        decline.click();
+      }
+      return;
+    }
     // Typing is typing; an open dialog has its own keys.
-    if (!event.target.closest || event.target.closest("input, textarea, select, [contenteditable], dialog[open]")) return;
-    if (!document.getElementById("calls")) return;
+    if (event.target.closest("input, textarea, select, [contenteditable], dialog[open]")) return;
+    var onThread = !!document.getElementById("calls");
+    if (!onThread && !document.getElementById("threads")) return;
     var handled = true;
     switch (event.key) {
       case "j": move(1); break;
       case "k": move(-1); break;
-      case "a": press("approve"); break;
-      case "d": press("decline"); break;
+      case "Enter":
+        if (onThread || !focusedUnit()) handled = false; else inboxPress("open");
+        break;
+      case "a": if (onThread) press("approve"); else inboxPress("approve"); break;
+      case "d": {
+        var u = focusedUnit();
+        if (!u) handled = false; else if (onThread) openReason(u); else inboxPress("decline");
+        break;
+      }
       case "e": {
+        if (!onThread) { inboxPress("edit"); break; }
         var card = focusedCard();
         var open = card && card.querySelector("[data-edit=open]");
         if (open && !open.hidden) open.click(); else handled = false;
@@ -183,14 +261,207 @@
     }
     if (handled) event.preventDefault();
   });
+  document.addEventListener("click", function (event) {
+    var close = event.target.closest("[data-row-decide=close]");
+    if (close) closeInline(close.closest(ROW));
+  });
+  // A request from inside a card: when its answer replaces the card, focus stays with the card.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var unit = event.detail.elt.closest && event.detail.elt.closest(".call[id]");
+    if (unit) focusAfterSwap = unit.id;
+  });
+  // The inbox's inline decline answers with a card only when something is wrong (the arguments changed,
+  // a refusal): show that on the call's own card, not squeezed into a list row.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var form = event.detail.elt.closest && event.detail.elt.closest(".row-decide");
+    if (form && event.detail.xhr.status !== 200 && /data-tool-call-id=/.test(event.detail.serverResponse || "")) {
+      event.detail.shouldSwap = false;
+      location.href = form.closest(ROW).dataset.cardUrl;
+    }
+  });
   document.addEventListener("htmx:afterSettle", function () {
     // Other swaps (the live feed's) may settle first: wait for the decided card to be gone.
-    if (refocus === null || document.body.contains(refocus.card)) return;
-    var i = refocus.index;
-    refocus = null;
-    if (document.activeElement && document.activeElement.closest(".call")) return; // e.g. a confirmation's autofocus
-    var all = cards();
-    if (all.length) focusCard(all[Math.min(i, all.length - 1)]);
+    if (refocus !== null && !document.body.contains(refocus.card)) {
+      var i = refocus.index;
+      refocus = null;
+      focusAfterSwap = null;
+      if (document.activeElement && document.activeElement.closest(".call")) return; // e.g. a confirmation's autofocus
+      var all = cards();
+      if (all.length) focusCard(all[Math.min(i, all.length - 1)]);
+      return;
+    }
+    if (focusAfterSwap !== null) {
+      var el = document.getElementById(focusAfterSwap);
+      var lost = !document.activeElement || document.activeElement === document.body;
+      if (el && lost) {
+        if (!el.hasAttribute("tabindex")) el.setAttribute("tabindex", "-1");
+        focusCard(el);
+      }
+      if (el) focusAfterSwap = null;
+    }
+  });
+  // Opened from the inbox at a call (#call-…): that card has the focus, so the keys go on from there.
+  document.addEventListener("DOMContentLoaded", function () {
+    if (location.hash.indexOf("#call-") !== 0) return;
+    var card = document.getElementById(location.hash.slice(1));
+    if (card) focusCard(card);
+  });
+
+  /* --- typed text survives live updates (docs/dashboard.md#keys): a card or inbox call being worked on
+     (text typed, an editor or a reason box open) is kept when a live refresh or a re-sync would replace
+     it; if the call changed meanwhile the kept card says so, and one click shows the current one. --- */
+  var kept = []; // [{key, node}]
+
+  function unitKey(unit) { return unit.id || ("ref:" + unit.dataset.toolCallRef); }
+  function findUnit(key) {
+    if (key.indexOf("ref:") === 0) {
+      var ref = key.slice(4);
+      return Array.from(document.querySelectorAll(ROW)).filter(function (r) { return r.dataset.toolCallRef === ref; })[0] || null;
+    }
+    return document.getElementById(key);
+  }
+  function busy(unit) {
+    if (unit.querySelector(".decide-form.editing, .row-decide:not([hidden]), .changed-meanwhile")) return true;
+    return Array.from(unit.querySelectorAll("input[type=text], input[type=number], input:not([type]), textarea, select"))
+      .some(function (f) {
+        if (f.disabled) return false;
+        if (f.tagName === "SELECT") {
+          var opts = Array.from(f.options);
+          var initial = opts.findIndex(function (o) { return o.defaultSelected; });
+          return !f.multiple && f.selectedIndex !== Math.max(0, initial);
+        }
+        return f.value !== f.defaultValue;
+      });
+  }
+  function markChanged(node, current) {
+    var note = node.querySelector(".changed-meanwhile");
+    if (!note) {
+      note = document.createElement("div");
+      note.className = "changed-meanwhile";
+      note.setAttribute("role", "status");
+      var text = document.createElement("p");
+      var show = document.createElement("button");
+      show.type = "button";
+      show.textContent = "Show the current state";
+      show.dataset.showCurrent = "1";
+      note.appendChild(text);
+      note.appendChild(show);
+      node.insertBefore(note, node.firstChild);
+    }
+    var said = current ? (current.querySelector("p") || current).textContent : "";
+    // textContent: whatever the server's fragment holds stays text here.
+    note.querySelector("p").textContent = "Changed meanwhile" + (said ? ": " + said.replace(/\s+/g, " ").trim() : " — this call no longer waits here") +
+      " Your text is kept; deciding on this card checks the call again.";
+    node._current = current || null;
+  }
+  function keepBusy(root) {
+    if (!root || !root.querySelectorAll) return;
+    var found = root.matches && root.matches(CARD + ", " + ROW) ? [root] : Array.from(root.querySelectorAll(CARD + ", " + ROW + ", .changed-meanwhile-host"));
+    found.forEach(function (unit) {
+      if (!busy(unit) || kept.some(function (k) { return k.node === unit; })) return;
+      // The swap takes focus away with the node: give it back to the very box, caret included, so the
+      // next key typed lands there (and never on the page, where it would be a shortcut).
+      var active = unit.contains(document.activeElement) ? document.activeElement : null;
+      var caret = null;
+      try { caret = active && active.setSelectionRange ? [active.selectionStart, active.selectionEnd] : null; } catch (e) { caret = null; }
+      kept.push({ key: unitKey(unit), node: unit, focus: active, caret: caret });
+    });
+  }
+  function restoreKept() {
+    if (!kept.length) return;
+    var todo = kept;
+    kept = [];
+    todo.forEach(function (k) {
+      if (document.body.contains(k.node)) return; // not replaced after all
+      var now = findUnit(k.key);
+      var same = now && now.matches(CARD + ", " + ROW) && now.dataset.fingerprint === k.node.dataset.fingerprint &&
+        !k.node.querySelector(".changed-meanwhile");
+      k.node.classList.add("changed-meanwhile-host");
+      if (now) {
+        now.replaceWith(k.node);
+        if (!same) markChanged(k.node, now);
+      } else {
+        var list = document.querySelector("#calls") || document.querySelector("#threads");
+        if (!list) return;
+        var anchor = list.querySelector("#batch");
+        if (anchor) anchor.after(k.node); else list.prepend(k.node);
+        markChanged(k.node, null);
+      }
+      if (!same) k.node.classList.add("stale");
+      htmx.process(k.node); // the swap cleaned its htmx wiring up: wire it again
+      if (k.focus && document.body.contains(k.focus)) {
+        k.focus.focus({ preventScroll: true });
+        if (k.caret) { try { k.focus.setSelectionRange(k.caret[0], k.caret[1]); } catch (e) { /* not a text box */ } }
+      }
+    });
+    applyLiveState();
+  }
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.shouldSwap === false) return;
+    var target = event.detail.target;
+    // Only swaps that replace lists (the live refresh, a re-sync, a page of the inbox); a card's own answer
+    // replaces it on purpose.
+    if (target && (target.id === "calls" || target.id === "threads")) keepBusy(target);
+  });
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var target = event.detail.target;
+    if (target && target.matches && target.matches(CARD) && busy(target)) {
+      // A live notice that the call left: keep the card, say so on it.
+      event.detail.shouldSwap = false;
+      var holder = document.createElement("div");
+      holder.appendChild(event.detail.fragment.cloneNode(true));
+      markChanged(target, holder.firstElementChild);
+      target.classList.add("stale");
+    }
+  });
+  document.addEventListener("htmx:afterSwap", restoreKept);
+  document.addEventListener("click", function (event) {
+    var show = event.target.closest("[data-show-current]");
+    if (!show) return;
+    var node = show.closest(".changed-meanwhile-host");
+    if (node && node._current) node.replaceWith(node._current);
+    else if (node) node.remove();
+    if (node && node._current) htmx.process(node._current);
+  });
+
+  /* --- batch controls only while more than one call waits on this page (docs/dashboard.md#keys) --- */
+  function syncBatch() {
+    var ask = document.querySelector("#batch .batch-ask");
+    if (!ask) return;
+    var open = document.querySelectorAll(CARD + " .actions button[name=action][value=approve]").length;
+    ask.hidden = open < 2;
+  }
+  document.addEventListener("htmx:afterSettle", syncBatch);
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    // A live update never closes a confirmation being read (its list is what the second click decides).
+    var target = event.detail.target;
+    if (target && target.id === "batch" && target.querySelector(".batch-confirm")) event.detail.shouldSwap = false;
+  });
+
+  /* --- the inbox's live refresh: rows that were not there before are marked new --- */
+  var rowsBefore = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.target && event.detail.target.id === "threads") {
+      rowsBefore = new Set(Array.from(document.querySelectorAll("#threads .thread-row")).map(function (r) { return r.dataset.threadId; }));
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    if (rowsBefore === null) return;
+    var before = rowsBefore;
+    rowsBefore = null;
+    var focused = document.activeElement === document.body ? lastRowRef : null;
+    document.querySelectorAll("#threads .thread-row").forEach(function (r) {
+      if (before.size && !before.has(r.dataset.threadId)) r.classList.add("is-new");
+    });
+    if (focused) {
+      var again = findUnit("ref:" + focused);
+      if (again) again.focus({ preventScroll: true });
+    }
+  });
+  var lastRowRef = null;
+  document.addEventListener("focusin", function (event) {
+    var row = event.target.closest && event.target.closest(ROW);
+    lastRowRef = row ? row.dataset.toolCallRef : null;
   });
 
   /* Run page: stream the continuation from ws/runs/<id>/, then reload the page section once it ends. */

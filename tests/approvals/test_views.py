@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import unquote
 
 import pytest
@@ -422,3 +423,26 @@ def test_the_thread_page_reads_a_fixed_number_of_queries(reviewer, django_assert
     with django_assert_max_num_queries(len(few.captured_queries)):
         html = client.get(url).content.decode()
     assert html.count("data-tool-call-id=") == 7
+
+
+def test_approve_all_lists_every_argument_in_full_and_asks_only_while_two_calls_wait(reviewer):
+    client, _ = reviewer
+    long_body = "It shipped. " * 40 + "<b>end</b>"
+    runs = [
+        suspend("send-email", dict(EMAIL, body=long_body), thread="t-full"),
+        suspend("delete-record", {"table": "users", "id": 7}, thread="t-full"),
+    ]
+    url = reverse("approvals:decide-all")
+    asked = client.post(url, {"thread_id": "t-full", "ask": "approve"}, headers={"HX-Request": "true"}).content.decode()
+    assert "Approve these 2 calls?" in asked
+    listed = re.findall(r'<pre class="json batch-args"[^>]*>(.*?)</pre>', asked, re.S)
+    assert len(listed) == 2
+    assert ("It shipped. " * 40).strip() in listed[0] and "&lt;b&gt;end&lt;/b&gt;" in listed[0] and "…" not in listed[0]
+    assert '"table": "users"' in listed[1].replace("&quot;", '"') and "high risk" in asked
+    # One of them is decided elsewhere: nothing left to decide together, no "Approve these 1 call?".
+    call = open_call(runs[0])
+    client.post(decide_url(call), {"action": "decline", "args_fingerprint": args_fingerprint(call.args)})
+    again = client.post(url, {"thread_id": "t-full", "ask": "approve"}, headers={"HX-Request": "true"}).content.decode()
+    assert "Approve these" not in again and "Fewer than two calls wait" in again
+    page = client.get(reverse("approvals:thread", args=["t-full"])).content.decode()
+    assert 'class="batch-ask"' not in page

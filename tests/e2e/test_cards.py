@@ -285,7 +285,7 @@ def test_approve_all_lists_the_calls_once_then_decides_exactly_those(login, susp
     page.get_by_role("button", name="Approve all").click()
     confirm = page.get_by_role("alertdialog")
     expect(confirm).to_contain_text("Approve these 3 calls?")
-    for text in ("send-email", "delete-record", "billing-agent → refund", "amount=5", "high risk"):
+    for text in ("send-email", "delete-record", "billing-agent → refund", '"amount": 5', "high risk"):
         expect(confirm).to_contain_text(text)
     expect(confirm).not_to_contain_text("ask-user")  # an answer is not an approval
     screenshot(page, "thread-batch-confirm-375")
@@ -364,11 +364,26 @@ def test_keyboard_moves_between_cards_and_decides_the_focused_one(login, suspend
     page.keyboard.press("a")  # a second stray key press does not confirm either
     page.keyboard.press("Enter")  # Enter lands on Cancel
     expect(card.get_by_role("alertdialog")).to_have_count(0)
+    expect(call_card(page, risky)).to_be_focused()  # focus comes back to the card, not to <body>
     assert not Decision.objects.filter(run_id=risky_run).exists()
+    # Esc leaves a confirmation the same way.
+    page.keyboard.press("a")
+    expect(card.get_by_role("alertdialog")).to_contain_text("High risk")
+    page.keyboard.press("Escape")
+    expect(card.get_by_role("alertdialog")).to_have_count(0)
+    expect(call_card(page, risky)).to_be_focused()
 
     page.keyboard.press("k")
     expect(call_card(page, first)).to_be_focused()
+    page.keyboard.press("d")  # d asks for a reason; nothing is declined yet
+    reason = call_card(page, first).get_by_label("Reason")
+    expect(reason).to_be_focused()
+    page.keyboard.press("Escape")  # changed my mind: back to the card
+    expect(call_card(page, first)).to_be_focused()
+    assert not Decision.objects.filter(run_id=first_run).exists()
     page.keyboard.press("d")
+    page.keyboard.type("wrong address")
+    page.keyboard.press("Enter")
     expect(page.locator(f'[data-decided-call-id="{first}"]')).to_contain_text("Declined")
     expect(call_card(page, risky)).to_be_focused()  # focus moved on to the next card
     page.keyboard.press("j")
@@ -377,6 +392,7 @@ def test_keyboard_moves_between_cards_and_decides_the_focused_one(login, suspend
     expect(page.locator(f'[data-decided-call-id="{last}"]')).to_contain_text("Approved")
 
     assert Decision.objects.get(run_id=first_run).kind == "decline"
+    assert Decision.objects.get(run_id=first_run).reason == "wrong address"
     assert Decision.objects.get(run_id=last_run).kind == "approve"
     assert not Decision.objects.filter(run_id=risky_run).exists()
     # Typing in a box is typing, not shortcuts.
