@@ -6,6 +6,7 @@ whose runs, calls, messages and decisions it leaves out.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,6 +236,7 @@ class OpenCallView:
     approvals: list[dict] = field(default_factory=list)
     notice: str = ""  # said on the card after a decision that left it waiting (an approval towards a quorum)
     claim: claims.ClaimState = field(default_factory=claims.ClaimState)  # who is on it (shared work)
+    args_schema: dict | None = None  # the tool's arguments' JSON Schema: the editor's fields
 
     @property
     def tool_call_id(self) -> str:
@@ -282,8 +284,21 @@ class OpenCallView:
         return args_fingerprint(self.args)
 
     @property
+    def schema_dom_id(self) -> str:
+        """The id of the card's ``<script type="application/json">`` holding ``args_schema``."""
+        return "schema-" + hashlib.sha1(self.tool_call_id.encode()).hexdigest()[:16]
+
+    @property
     def editing(self) -> bool:
         return self.edit_text is not None
+
+    @property
+    def edit_args(self) -> Any:
+        """The edit as JSON (for its field-level diff), or None when it does not parse."""
+        try:
+            return json.loads(self.edit_text) if self.edit_text is not None else None
+        except (ValueError, RecursionError):
+            return None
 
     @property
     def edit_value(self) -> str:
@@ -324,12 +339,19 @@ class OpenCallView:
 QUESTION_KEYS = ("question", "prompt", "message", "text")
 
 
-def _description(agent_id: str, tool_name: str) -> str:
+def _tool_facts(agent_id: str, tool_name: str) -> tuple[str, dict | None]:
+    """The tool's description and its arguments' JSON Schema (the card's per-field editor)."""
     try:
         tool = get_agent(agent_id).tools.get(tool_name)
     except AgentRunError:
-        return ""
-    return tool.description if tool is not None else ""
+        return "", None
+    if tool is None:
+        return "", None
+    try:
+        schema = tool.parameters_schema
+    except Exception:  # a schema that cannot be written out: the raw JSON editor still works
+        schema = None
+    return tool.description, schema
 
 
 def validate_edited_args(view: OpenCallView, args: Any) -> None:
@@ -379,16 +401,23 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
         inner = {(c.run_id, c.tool_call_id): c for c in SuspendedToolCall.objects.filter(q)}
     reasons = _reasons(calls, inner) if calls else {}
     now = timezone.now()
+    facts: dict[tuple[str, str], tuple[str, dict | None]] = {}  # per tool, once (an inbox page shows many calls)
+
+    def _tool_facts_once(agent_id: str, tool_name: str) -> tuple[str, dict | None]:
+        if (agent_id, tool_name) not in facts:
+            facts[agent_id, tool_name] = _tool_facts(agent_id, tool_name)
+        return facts[agent_id, tool_name]
+
     views = []
     for c in calls:
         inner_call = inner.get((c.inner_run_id, c.inner_tool_call_id)) if c.inner_run_id else None
         reason = reasons.get(f"{c.run_id} {c.tool_call_id}", "")
         if inner_call is not None:
-            description = _description(c.inner_agent_id or "", inner_call.tool_name)
+            description, schema = _tool_facts_once(c.inner_agent_id or "", inner_call.tool_name)
             inner_name = inner_call.tool_name
             reason = reasons.get(f"{inner_call.run_id} {inner_call.tool_call_id}") or reason
         else:
-            description = _description(c.run.agent_id, c.tool_name)
+            description, schema = _tool_facts_once(c.run.agent_id, c.tool_name)
             inner_name = None
         # What the reviewer approves: an earlier approver's edit still short of its quorum, the inner
         # call's arguments (what would run), or the call's own.
@@ -403,6 +432,7 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
                 reason=reason,
                 approvals=[{"by": d.decided_by_username, "at": d.decided_at} for d in approvals_given(c)],
                 claim=claims.state_of(c, now=now),
+                args_schema=schema,
             )
         )
     return views

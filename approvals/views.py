@@ -259,6 +259,8 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
             view.edit_text = request.POST.get("args", "")
             kwargs |= {"kind": "approve", "reason": reason, "args": _parse_edited_args(view.edit_text)}
             selectors.validate_edited_args(view, kwargs["args"])  # said now, not after a confirmation
+        elif action == "decline_question":  # a question the reviewer will not answer: the agent is told so
+            kwargs |= {"kind": "decline", "reason": reason, "declines_question": True}
         elif action == "resume":
             view.resume_json = request.POST.get("resume_data", "")
             resume_data, fields, json_error = parse_resume_form(call.resume_schema, request.POST)
@@ -287,7 +289,7 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
         from approvals.urls import thread_path  # the URLconf imports these views
 
         return redirect(thread_path(call.run.thread_id))
-    return _decision_response(request, outcome.decision, run_id, tool_call_id, status=200)
+    return _decision_response(request, outcome.decision, run_id, tool_call_id, status=200, after=outcome.after_seq)
 
 
 def _refused(request: HtmxHttpRequest, view: OpenCallView, action: str, exc: AgentRunError) -> HttpResponse:
@@ -353,6 +355,7 @@ def _decision_response(
     status: int,
     already: bool = False,
     error: str = "",
+    after: int | None = None,
 ) -> HttpResponse:
     context = {
         "decision": decision,
@@ -360,6 +363,7 @@ def _decision_response(
         "tool_call_id": tool_call_id,
         "already": already,
         "error": error,
+        "follow_after": after,  # the card then shows the outcome live, from the run's chunks past this seq
     }
     if request.htmx:
         return render(request, "approvals/thread.html#decided", context, status=status)

@@ -79,7 +79,10 @@
   // A card arriving while offline (a late response) stays disabled too.
   document.addEventListener("htmx:load", function (event) {
     applyLiveState();
-    event.target.querySelectorAll && event.target.querySelectorAll(".decide-form.editing").forEach(syncEditor);
+    event.target.querySelectorAll && event.target.querySelectorAll(".decide-form.editing").forEach(function (form) {
+      buildFields(form);
+      syncEditor(form);
+    });
   });
 
   /* --- editing is a mode: Edit opens the editor; Approve is off while the editor differs --- */
@@ -101,6 +104,7 @@
     if (!box || !approve) return;
     var differs = !box.disabled && !sameJson(box.value, box.dataset.original);
     form.classList.toggle("differs", differs);
+    showDiff(form);
     approve.disabled = differs;
     approve.title = differs ? "Your edit differs from the arguments shown: use Edit & approve" : "";
   }
@@ -110,8 +114,213 @@
     form.querySelector(".editor").hidden = !on;
     form.querySelector("[data-edit=open]").hidden = on;
     box.disabled = !on; // a closed editor sends nothing
-    if (on) { box.focus(); } else { box.value = box.dataset.original; }
+    if (!on) box.value = box.dataset.original;
+    buildFields(form);
+    if (on) {
+      var first = form.querySelector(".arg-fields input, .arg-fields select, .arg-fields textarea");
+      var raw = form.querySelector(".raw-json");
+      if (first && !(raw && raw.open)) first.focus(); else box.focus();
+    }
     syncEditor(form);
+  }
+
+  /* --- the per-field editor (docs/dashboard.md#cards): built from the tool's JSON Schema; every change
+     is written into the JSON box, which stays the one value sent; editing the box rebuilds the fields.
+     Strings, numbers, integers, booleans, enums, nested objects and arrays; anything else is a small
+     JSON box of its own. Labels and values are set as text (never markup). --- */
+  function resolve(schema, root) {
+    var s = schema || {};
+    var guard = 0;
+    while (s.$ref && guard++ < 20) {
+      var name = s.$ref.replace(/^#\/(\$defs|definitions)\//, "");
+      s = ((root.$defs || root.definitions || {})[name]) || {};
+    }
+    var variants = s.anyOf || s.oneOf;
+    if (variants) {
+      var real = variants.filter(function (v) { return v.type !== "null"; });
+      if (real.length === 1) return Object.assign({}, resolve(real[0], root), { nullable: true, title: s.title, description: s.description, default: s.default });
+    }
+    return s;
+  }
+  var fieldSeq = 0;
+  function labelled(text, control, hint) {
+    var wrap = document.createElement("div");
+    wrap.className = "arg-field";
+    var label = document.createElement("label");
+    control.id = control.id || ("argf-" + (++fieldSeq));
+    label.htmlFor = control.id;
+    label.textContent = text;
+    wrap.appendChild(label);
+    wrap.appendChild(control);
+    if (hint) { var small = document.createElement("small"); small.className = "muted"; small.textContent = hint; wrap.appendChild(small); }
+    return wrap;
+  }
+  /* One control for ``value`` under ``schema``; ``set(v)`` stores a new value (undefined: leave the key out). */
+  function control(schema, root, value, set, name) {
+    var s = resolve(schema, root);
+    var title = name || s.title || "value"; // the argument's own name, as in the JSON (pydantic's titles read "Orderid")
+    var hint = s.description || "";
+    var el;
+    if (Array.isArray(s.enum)) {
+      el = document.createElement("select");
+      s.enum.forEach(function (option, i) {
+        var o = document.createElement("option");
+        o.value = String(i);
+        o.textContent = typeof option === "string" ? option : JSON.stringify(option);
+        if (JSON.stringify(option) === JSON.stringify(value)) o.selected = true;
+        el.appendChild(o);
+      });
+      el.addEventListener("change", function () { set(s.enum[+el.value]); });
+      return labelled(title, el, hint);
+    }
+    var type = Array.isArray(s.type) ? s.type.filter(function (t) { return t !== "null"; })[0] : s.type;
+    if (type === "boolean") {
+      el = document.createElement("input");
+      el.type = "checkbox";
+      el.checked = value === true;
+      el.addEventListener("change", function () { set(el.checked); });
+      var wrap = labelled(title, el, hint);
+      wrap.classList.add("check");
+      return wrap;
+    }
+    if (type === "number" || type === "integer") {
+      el = document.createElement("input");
+      el.type = "number";
+      el.step = type === "integer" ? "1" : "any";
+      el.value = typeof value === "number" ? String(value) : "";
+      el.addEventListener("input", function () {
+        if (el.value.trim() === "") { set(s.nullable ? null : undefined); return; }
+        var n = Number(el.value);
+        if (!isNaN(n)) set(n);
+      });
+      return labelled(title, el, hint);
+    }
+    if (type === "string") {
+      var long = typeof value === "string" && (value.length > 60 || value.indexOf("\n") >= 0);
+      el = document.createElement(long ? "textarea" : "input");
+      if (!long) el.type = "text";
+      else el.rows = Math.min(8, value.split("\n").length + 1);
+      el.value = typeof value === "string" ? value : "";
+      el.addEventListener("input", function () { set(el.value); });
+      return labelled(title, el, hint);
+    }
+    if (type === "object" && s.properties && value && typeof value === "object" && !Array.isArray(value)) {
+      var group = document.createElement("fieldset");
+      group.className = "arg-group";
+      var legend = document.createElement("legend");
+      legend.textContent = title;
+      group.appendChild(legend);
+      objectFields(group, s, root, value, function (v) { set(v); });
+      return group;
+    }
+    if (type === "array" && Array.isArray(value)) {
+      var list = document.createElement("fieldset");
+      list.className = "arg-group arg-array";
+      var head = document.createElement("legend");
+      head.textContent = title;
+      list.appendChild(head);
+      var items = value.slice();
+      items.forEach(function (item, i) {
+        var row = document.createElement("div");
+        row.className = "arg-item";
+        row.appendChild(control(s.items || {}, root, item, function (v) { items[i] = v; set(items.slice()); }, title + " " + (i + 1)));
+        var drop = document.createElement("button");
+        drop.type = "button";
+        drop.textContent = "Remove";
+        drop.addEventListener("click", function () { items.splice(i, 1); set(items.slice(), true); });
+        row.appendChild(drop);
+        list.appendChild(row);
+      });
+      var add = document.createElement("button");
+      add.type = "button";
+      add.textContent = "Add " + (resolve(s.items || {}, root).title || "item");
+      add.addEventListener("click", function () { items.push(emptyOf(resolve(s.items || {}, root))); set(items.slice(), true); });
+      list.appendChild(add);
+      return list;
+    }
+    // Anything else (a union, a free object): its own small JSON box.
+    el = document.createElement("textarea");
+    el.className = "code";
+    el.rows = 2;
+    el.value = value === undefined ? "" : JSON.stringify(value);
+    el.addEventListener("input", function () {
+      try { set(el.value.trim() === "" ? undefined : JSON.parse(el.value)); el.removeAttribute("aria-invalid"); } catch (e) { el.setAttribute("aria-invalid", "true"); }
+    });
+    return labelled(title + " (JSON)", el, hint);
+  }
+  function emptyOf(s) {
+    var t = Array.isArray(s.type) ? s.type[0] : s.type;
+    return { string: "", number: 0, integer: 0, boolean: false, array: [], object: {} }[t] === undefined ? null : { string: "", number: 0, integer: 0, boolean: false, array: [], object: {} }[t];
+  }
+  function objectFields(container, schema, root, value, set) {
+    var props = schema.properties || {};
+    var names = Object.keys(value).concat(Object.keys(props).filter(function (k) { return !(k in value); }));
+    var current = Object.assign({}, value);
+    names.forEach(function (name) {
+      container.appendChild(control(props[name] || {}, root, value[name], function (v, rebuild) {
+        if (v === undefined) delete current[name]; else current[name] = v;
+        // Keep the order the call had: the JSON box reads like the arguments shown.
+        var ordered = {};
+        names.forEach(function (k) { if (k in current) ordered[k] = current[k]; });
+        set(ordered, rebuild);
+      }, name));
+    });
+  }
+  function buildFields(form) {
+    var holder = form.querySelector(".arg-fields");
+    var box = form.querySelector("textarea[name=args]");
+    if (!holder || !box) return;
+    var schemaEl = document.getElementById(holder.dataset.schemaId);
+    var value;
+    try { value = JSON.parse(box.value); } catch (e) { value = null; }
+    Array.from(holder.children).forEach(function (c) { if (c.tagName !== "LEGEND") c.remove(); });
+    if (!schemaEl || !value || typeof value !== "object" || Array.isArray(value)) {
+      holder.hidden = true; // not a JSON object (yet): the raw box is the editor
+      return;
+    }
+    holder.hidden = false;
+    var schema = JSON.parse(schemaEl.textContent);
+    objectFields(holder, schema, schema, value, function (v, rebuild) {
+      box.value = JSON.stringify(v, null, 2);
+      syncEditor(form);
+      if (rebuild) buildFields(form);
+    });
+  }
+  function describe(v) { return v === undefined ? "" : (typeof v === "string" ? v : JSON.stringify(v)); }
+  /* What the edit changes, path by path: "amount 99 → 49.5". */
+  function changes(before, after, path, out) {
+    var isObj = function (x) { return x && typeof x === "object" && !Array.isArray(x); };
+    if (isObj(before) && isObj(after)) {
+      Object.keys(before).concat(Object.keys(after).filter(function (k) { return !(k in before); })).forEach(function (k) {
+        changes(before[k], after[k], path ? path + "." + k : k, out);
+      });
+    } else if (canonical(before) !== canonical(after)) {
+      out.push({ path: path || "(arguments)", before: before, after: after });
+    }
+    return out;
+  }
+  function showDiff(form) {
+    var panel = form.querySelector(".edit-diff");
+    var box = form.querySelector("textarea[name=args]");
+    if (!panel || !box) return;
+    var list = panel.querySelector("ul");
+    list.textContent = "";
+    var before, after;
+    try { before = JSON.parse(box.dataset.original); after = JSON.parse(box.value); } catch (e) { panel.hidden = true; return; }
+    var found = box.disabled ? [] : changes(before, after, "", []);
+    panel.hidden = !found.length;
+    found.forEach(function (c) {
+      var li = document.createElement("li");
+      li.className = "change-" + (c.before === undefined ? "added" : c.after === undefined ? "removed" : "changed");
+      var key = document.createElement("span");
+      key.className = "arg-key";
+      key.textContent = c.path;
+      li.appendChild(key);
+      li.appendChild(document.createTextNode(" "));
+      if (c.before !== undefined) { var del = document.createElement("del"); del.textContent = describe(c.before); li.appendChild(del); li.appendChild(document.createTextNode(" → ")); }
+      if (c.after !== undefined) { var ins = document.createElement("ins"); ins.textContent = describe(c.after); li.appendChild(ins); } else { li.appendChild(document.createTextNode("(removed)")); }
+      list.appendChild(li);
+    });
   }
   document.addEventListener("click", function (event) {
     var toggle = event.target.closest("[data-edit]");
@@ -119,7 +328,11 @@
     if (event.target.closest("[data-keys=open]")) showKeys();
   });
   document.addEventListener("input", function (event) {
-    if (event.target.matches(".decide-form textarea[name=args]")) syncEditor(event.target.closest("form"));
+    if (event.target.matches(".decide-form textarea[name=args]")) {
+      var form = event.target.closest("form");
+      syncEditor(form);
+      buildFields(form); // the fields follow the JSON box (when it holds an object)
+    }
   });
 
   /* --- keyboard (docs/dashboard.md#keys): j/k move between cards (inbox: between calls), Enter opens a
@@ -405,6 +618,12 @@
   });
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     var target = event.detail.target;
+    // A card this page decided already says so (and follows the outcome): a live notice that the call
+    // left, racing with it, must not replace it with "already decided".
+    if (target && target.matches && target.matches(".call.done:not(.conflict)")) {
+      event.detail.shouldSwap = false;
+      return;
+    }
     if (target && target.matches && target.matches(CARD) && busy(target)) {
       // A live notice that the call left: keep the card, say so on it.
       event.detail.shouldSwap = false;
@@ -463,6 +682,59 @@
     var row = event.target.closest && event.target.closest(ROW);
     lastRowRef = row ? row.dataset.toolCallRef : null;
   });
+
+  /* --- a decided card becomes its outcome, live (docs/dashboard.md#cards): the tool's result or error
+     and the agent's next words, from ws/runs/<id>/ past the decision's seq. Text only: model output and
+     tool results are set with textContent, never parsed as markup. --- */
+  function followOutcome(box) {
+    if (box.dataset.following) return;
+    box.dataset.following = "1";
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var url = scheme + location.host + "/ws/runs/" + encodeURIComponent(box.dataset.followRun) + "/?after=" +
+      encodeURIComponent(box.dataset.after);
+    var socket = new WebSocket(url);
+    var state = box.querySelector(".outcome-state");
+    var result = box.querySelector(".outcome-result");
+    var words = box.querySelector(".outcome-words");
+    var ours = box.dataset.followCall;
+    function show(kind, heading, text) {
+      result.hidden = false;
+      result.dataset.kind = kind;
+      result.querySelector(".outcome-result-h").textContent = heading;
+      result.querySelector(".outcome-result-body").textContent = text;
+    }
+    socket.addEventListener("message", function (event) {
+      var chunk;
+      try { chunk = JSON.parse(event.data); } catch (e) { return; }
+      var p = chunk.payload || {};
+      if (chunk.type === "tool-result" && p.toolCallId === ours) {
+        show("result", "Result", typeof p.result === "string" ? p.result : JSON.stringify(p.result, null, 2));
+        state.textContent = "The tool ran.";
+      } else if (chunk.type === "tool-error" && p.toolCallId === ours) {
+        show("error", "The tool failed", (p.error && p.error.message) || "");
+        state.textContent = "The tool failed; the agent was told.";
+      } else if (chunk.type === "tool-output-denied" && p.toolCallId === ours) {
+        show("denied", "The agent was told", (p.approval && p.approval.reason) || "");
+        state.textContent = "Not run.";
+      } else if (chunk.type === "text-delta" && typeof p.text === "string") {
+        words.hidden = false;
+        words.querySelector(".why-text").textContent += p.text;
+      } else if (chunk.type === "tool-call-approval" || chunk.type === "tool-call-suspended") {
+        state.textContent = "The agent waits for another decision.";
+      } else if (chunk.type === "finish") {
+        var why = p.finishReason || "";
+        if (why !== "suspended") state.textContent = "The run finished" + (why ? " (" + why + ")." : ".");
+        socket.close();
+      }
+    });
+    socket.addEventListener("error", function () { state.textContent = "The outcome could not be followed: see the run."; });
+  }
+  function followOutcomes(root) {
+    if (!root || !root.querySelectorAll) return;
+    if (root.matches && root.matches("[data-follow-run]")) followOutcome(root);
+    root.querySelectorAll("[data-follow-run]").forEach(followOutcome);
+  }
+  document.addEventListener("htmx:load", function (event) { followOutcomes(event.target); });
 
   /* Run page: stream the continuation from ws/runs/<id>/, then reload the page section once it ends. */
   function followRun() {

@@ -8,8 +8,7 @@ every door). Every change is told to the reviewers' pages through ``ws/approvals
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +17,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agentrun.core import claimstate
+from agentrun.core.claimstate import ClaimState, idle
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import notify_approvals
 from agentrun.core.models import SuspendedToolCall
@@ -26,63 +27,21 @@ from agentrun.core.timeutil import iso
 CallKey = tuple[str, str]  # (run id, tool call id)
 
 
-def idle() -> timedelta:
-    """How long a claim lives without its claimer touching the call (``AGENTRUN_CLAIM_IDLE_SECONDS``)."""
-    return timedelta(seconds=settings.AGENTRUN_CLAIM_IDLE_SECONDS)
-
-
-def routed_group(agent_id: str, tool_name: str) -> str | None:
-    """The group a routing rule assigns this tool's calls to (the tool's rule first, then the agent's)."""
-    routes = settings.AGENTRUN_REVIEW_ROUTES
-    return routes["tools"].get(tool_name) or routes["agents"].get(agent_id)
-
-
-@dataclass(frozen=True)
-class ClaimState:
-    """Who is on one open call, as every surface shows it."""
-
-    claimed_by: str | None = None  # a live claim's person (an expired claim is no claim)
-    claimed_at: datetime | None = None
-    assignee: str | None = None  # a person's username
-    assignee_group: str | None = None  # a group: assigned, or named by a routing rule
-    routed: bool = False  # the group comes from a routing rule, not from someone's assignment
-
-    @property
-    def empty(self) -> bool:
-        return not (self.claimed_by or self.assignee or self.assignee_group)
-
-    def to_dict(self) -> dict[str, Any]:
-        """``claim`` of a listing item and of a ``ws/approvals`` event (docs/api.md#wsapprovals)."""
-        return {
-            "claimedBy": self.claimed_by,
-            "claimedAt": iso(self.claimed_at) if self.claimed_at else None,
-            "assignee": self.assignee,
-            "assigneeGroup": self.assignee_group,
-            "routed": self.routed,
-        }
-
-
 def _live(call: SuspendedToolCall, now: datetime) -> bool:
-    touched = call.claim_touched_at
-    return bool(call.claimed_by_username) and touched is not None and touched > now - idle()
+    return claimstate.live(call.claimed_by_username, call.claim_touched_at, now)
 
 
 def state_of(call: SuspendedToolCall, *, now: datetime | None = None) -> ClaimState:
     """Who is on ``call`` (its ``assignee`` and ``assignee_group`` are read: select them with the call)."""
-    now = now or timezone.now()
-    live = _live(call, now)
-    assignee = call.assignee.get_username() if call.assignee_id is not None and call.assignee else None
-    group = call.assignee_group.name if call.assignee_group_id is not None and call.assignee_group else None
-    routed = False
-    if assignee is None and group is None:
-        group = routed_group(call.inner_agent_id or call.run.agent_id, call.tool_name)
-        routed = group is not None
-    return ClaimState(
-        claimed_by=call.claimed_by_username if live else None,
-        claimed_at=call.claimed_at if live else None,
-        assignee=assignee,
-        assignee_group=group,
-        routed=routed,
+    return claimstate.state(
+        claimed_by=call.claimed_by_username,
+        claimed_at=call.claimed_at,
+        touched_at=call.claim_touched_at,
+        assignee=call.assignee.get_username() if call.assignee_id is not None and call.assignee else None,
+        assignee_group=call.assignee_group.name if call.assignee_group_id is not None and call.assignee_group else None,
+        agent_id=call.inner_agent_id or call.run.agent_id,
+        tool_name=call.tool_name,
+        now=now,
     )
 
 

@@ -363,7 +363,8 @@ def _decide_call(
         raise AgentRunError(
             "WRONG_DECISION_KIND", f"Tool call {call.tool_call_id} waits for approval: approve or decline it."
         )
-    if kind in ("approve", "decline") and not call.requires_approval:
+    declined_question = kind == "decline" and request.declines_question and not call.requires_approval
+    if kind in ("approve", "decline") and not call.requires_approval and not declined_question:
         raise AgentRunError("WRONG_DECISION_KIND", f"Tool call {call.tool_call_id} waits for resume data: resume it.")
     if request.suspension is not None and request.suspension != call.suspension:
         # The decider saw an earlier suspension of this call (a link, a chat message): it was decided,

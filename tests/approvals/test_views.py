@@ -446,3 +446,28 @@ def test_approve_all_lists_every_argument_in_full_and_asks_only_while_two_calls_
     assert "Approve these" not in again and "Fewer than two calls wait" in again
     page = client.get(reverse("approvals:thread", args=["t-full"])).content.decode()
     assert 'class="batch-ask"' not in page
+
+
+def test_a_question_is_declined_with_a_reason_through_the_decision_service(reviewer):
+    """docs/dashboard.md#cards: the tool is not asked again; the model reads a clear refusal."""
+    client, _ = reviewer
+    run_id = suspend("ask-user", {"question": "Which city?"}, thread="t-q-decline")
+    call = open_call(run_id)
+    page = client.get(reverse("approvals:thread", args=["t-q-decline"])).content.decode()
+    assert "Decline to answer" in page
+    answer = client.post(
+        decide_url(call),
+        {"action": "decline_question", "reason": "<b>not</b> our business"},
+        headers={"HX-Request": "true"},
+    )
+    assert answer.status_code == 200 and "Declined" in answer.content.decode()
+    decision = Decision.objects.get(run_id=run_id)
+    assert (decision.kind, decision.reason, decision.via) == ("decline", "<b>not</b> our business", "dashboard")
+    run = wait_until_final(run_id)
+    assert run.status == "completed"
+    said = " ".join(m.content for m in Message.objects.filter(run_id=run_id))
+    assert "declined" in said.lower()
+    steps = json.dumps([s.step_details for s in run.steps.all()])
+    assert "Declined: the user chose not to answer this question: <b>not</b> our business" in json.loads(
+        json.dumps(steps)
+    )

@@ -65,7 +65,8 @@ def test_editing_is_an_explicit_mode_and_edit_and_approve_runs_the_edit(login, s
     expect(card.get_by_role("button", name="Edit & approve")).to_be_hidden()
 
     card.get_by_role("button", name="Edit", exact=True).click()
-    expect(editor).to_be_visible()
+    expect(card.get_by_label("to", exact=True)).to_have_value("ann@example.com")  # a field per argument
+    expect(editor).to_be_visible()  # and the JSON beside them
     expect(approve).to_be_enabled()  # the editor still holds the arguments shown
     editor.fill(json.dumps(dict(EMAIL, to="bob@example.com"), indent=2))
     expect(approve).to_be_disabled()  # what is shown is not what is in the editor
@@ -78,6 +79,7 @@ def test_editing_is_an_explicit_mode_and_edit_and_approve_runs_the_edit(login, s
 
     card.get_by_role("button", name="Edit", exact=True).click()
     expect(editor).to_have_value(re.compile(r'"to": "ann@example.com"'))  # the edit was dropped
+    expect(card.get_by_label("to", exact=True)).to_have_value("ann@example.com")
     editor.fill(json.dumps(dict(EMAIL, to="bob@example.com")))
     with page.expect_request(lambda r: r.method == "POST" and "/decide" in r.url) as posted:
         card.get_by_role("button", name="Edit & approve").click()
