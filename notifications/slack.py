@@ -565,14 +565,21 @@ def _attempt(delivery: SlackDelivery) -> egress.Outcome:
     if not message.ts:
         posting = message.deliveries.filter(action=SlackDelivery.Action.POST, status=SlackDelivery.Status.PENDING)
         # Posted after this update was queued: the post shows the state it finds, the update waits for it.
-        return egress.Outcome(None, "not posted yet" if posting.exists() else "never posted")
+        return egress.Outcome(None, WAITS_FOR_POST if posting.exists() else NEVER_POSTED)
     channel = message.channel_id or message.destination.channel
     payload = {"channel": channel, "ts": message.ts, "text": text, "blocks": content}
     outcome, _ = web_api("chat.update", token, payload)
     return outcome
 
 
+WAITS_FOR_POST, NEVER_POSTED = "not posted yet", "never posted"
+
+
 def _record(delivery: SlackDelivery, outcome: egress.Outcome) -> None:
+    """Record an attempt, and what follows from it, in one transaction: the next attempt (a task
+    ``run_after`` its backoff); after a post, the updates that waited for it (at once, or failed
+    with it). An update waiting for its post gets no task of its own: the post's success sends it
+    (the sweep, if that is lost)."""
     from notifications.delivery import backoff
 
     now = timezone.now()
@@ -584,15 +591,32 @@ def _record(delivery: SlackDelivery, outcome: egress.Outcome) -> None:
     }
     if outcome.error is None:
         fields |= {"status": SlackDelivery.Status.DELIVERED, "delivered_at": now, "next_attempt_at": None}
-    elif outcome.error == "never posted" or fields["attempts"] >= settings.AGENTRUN_WEBHOOK_MAX_ATTEMPTS:
+    elif outcome.error == NEVER_POSTED or fields["attempts"] >= settings.AGENTRUN_WEBHOOK_MAX_ATTEMPTS:
         fields |= {"status": SlackDelivery.Status.FAILED, "next_attempt_at": None}
     else:
         fields["next_attempt_at"] = now + backoff(fields["attempts"])
     with transaction.atomic():
         if not SlackDelivery.objects.filter(pk=delivery.pk).update(**fields):
             return
-        if fields["next_attempt_at"] is not None:
+        if outcome.error == WAITS_FOR_POST and SlackMessage.objects.filter(pk=delivery.message_id).exclude(ts=None):
+            # Posted while this attempt looked: the post's follow-up may have missed this update.
+            SlackDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=now)
+            attempt_slack.enqueue(delivery.pk)
+        elif fields["next_attempt_at"] is not None and outcome.error != WAITS_FOR_POST:
             attempt_slack.using(run_after=fields["next_attempt_at"]).enqueue(delivery.pk)
+        if delivery.action == SlackDelivery.Action.POST and fields.get("status") is not None:
+            waiting = SlackDelivery.objects.filter(
+                message_id=delivery.message_id,
+                action=SlackDelivery.Action.UPDATE,
+                status=SlackDelivery.Status.PENDING,
+                last_error=WAITS_FOR_POST,
+            )
+            if fields["status"] == SlackDelivery.Status.FAILED:
+                waiting.update(status=SlackDelivery.Status.FAILED, next_attempt_at=None, last_error=NEVER_POSTED)
+            else:
+                for waiting_id in waiting.values_list("id", flat=True):
+                    SlackDelivery.objects.filter(pk=waiting_id).update(next_attempt_at=now)
+                    attempt_slack.enqueue(waiting_id)
     if outcome.error is not None:
         logger.info(
             "Slack %s of %s failed (attempt %d): %s",

@@ -243,10 +243,8 @@ def commands(request: HttpRequest) -> HttpResponse:
         return refused  # type: ignore[return-value]
     words = form.get("text", "").split()
     team_id, slack_user_id = form.get("team_id", ""), form.get("user_id", "")
-    if not team_id or not slack_user_id:
-        return JsonResponse(
-            {"error": {"code": "INVALID_REQUEST", "message": "team_id and user_id are required"}}, status=400
-        )
+    if not slack_user_id:
+        return JsonResponse({"error": {"code": "INVALID_REQUEST", "message": "user_id is required"}}, status=400)
     if len(words) == 2 and words[0] == "link":
         _, said = slack.link(code=words[1], team_id=team_id, slack_user_id=slack_user_id)
     elif words == ["unlink"]:

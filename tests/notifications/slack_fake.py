@@ -43,13 +43,16 @@ class FakeSlack:
     calls: list[Call] = field(default_factory=list)
     errors: dict[str, list[str]] = field(default_factory=dict)  # method → Slack error codes to answer, in turn
     statuses: list[int] = field(default_factory=list)  # HTTP statuses to answer first (then 200)
+    hold_posts: threading.Event | None = None  # set: chat.postMessage answers only once it is released
+    holding: int = 0
     _ts: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
 
-    def wait_for(self, method: str, count: int = 1, timeout: float = 10.0) -> list[Call]:
+    # Generous: the work is queued, and the machine may be shared (waits end as soon as it is done).
+    def wait_for(self, method: str, count: int = 1, timeout: float = 30.0) -> list[Call]:
         deadline = time.monotonic() + timeout
         while len(self.of(method)) < count:
             if time.monotonic() > deadline:
@@ -57,7 +60,7 @@ class FakeSlack:
             time.sleep(0.02)
         return self.of(method)
 
-    def wait_until(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "it") -> Any:
+    def wait_until(self, predicate: Callable[[], Any], timeout: float = 30.0, what: str = "it") -> Any:
         deadline = time.monotonic() + timeout
         while not (value := predicate()):
             if time.monotonic() > deadline:
@@ -107,6 +110,9 @@ def serve() -> tuple[FakeSlack, Callable[[], None]]:
             method = "hook" if self.path.startswith("/hooks/") else self.path.rsplit("/", 1)[-1]
             auth = self.headers.get("Authorization") or ""
             validate(body)
+            if method == "chat.postMessage" and state.hold_posts is not None:
+                state.holding += 1
+                state.hold_posts.wait(30)
             state.calls.append(Call(method, body, auth.removeprefix("Bearer ") or None, self.path))
             status, answer = state.answer(method, body)
             data = answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
@@ -129,6 +135,22 @@ def serve() -> tuple[FakeSlack, Callable[[], None]]:
         server.server_close()
 
     return state, stop
+
+
+def settle(timeout: float = 15.0) -> None:
+    """Wait until no run is being carried on and the notifications queue is empty: the messages and
+    updates a test set going were sent (to this stand-in, before it stops)."""
+    from django.utils import timezone
+
+    from agentrun.core.models import Run
+    from tests.factories import wait_for_tasks
+
+    deadline = time.monotonic() + timeout
+    while Run.objects.filter(lease_owner__isnull=False, lease_expires_at__gt=timezone.now()).exists():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    wait_for_tasks()
 
 
 # --- what Slack sends agentrun ------------------------------------------------------------------------

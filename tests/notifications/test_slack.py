@@ -45,6 +45,7 @@ def fake_slack(settings):
     # The Web API's host is the operator's own setting: reachable without allowing private webhooks.
     settings.AGENTRUN_WEBHOOK_ALLOW_PRIVATE = False
     yield state
+    slack_fake.settle()  # what the test set going reaches Slack before Slack goes
     stop()
 
 
@@ -65,6 +66,7 @@ def posted(fake, count: int = 1) -> list[SlackMessage]:
             if SlackMessage.objects.exclude(ts=None).count() >= count
             else None
         ),
+        timeout=30,
         what="posted messages",
     )
 
@@ -285,7 +287,7 @@ def test_approving_from_slack_records_the_person_and_their_slack_ids_and_the_mes
     # The clicker's answer replaces the message; every copy of it is updated through the queue.
     [hook] = fake_slack.wait_for("hook")
     assert hook.body["replace_original"] is True and "Approved" in json.dumps(hook.body["blocks"])
-    [update] = fake_slack.wait_for("chat.update")
+    update = fake_slack.wait_for("chat.update")[0]  # on the decision, then on the run's end: both show it
     assert (update.body["channel"], update.body["ts"]) == (slack_fake.CHANNEL_ID, "1700000000.000001")
     shown = json.dumps(update.body["blocks"])
     assert "*Approved* by erin (via slack)" in shown and not [
@@ -315,7 +317,7 @@ def test_a_message_is_updated_after_a_decision_made_on_the_dashboard(fake_slack)
         url, {"action": "decline", "reason": "not <now>", "args_fingerprint": message.args_fingerprint}
     )
     assert response.status_code == 302
-    [update] = fake_slack.wait_for("chat.update")
+    update = fake_slack.wait_for("chat.update")[0]
     shown = json.dumps(update.body["blocks"])
     assert "*Declined* by bob (via dashboard)" in shown and "not &lt;now&gt;" in shown
     assert not [b for b in update.body["blocks"] if b["type"] == "actions"]
@@ -483,7 +485,10 @@ def test_a_call_that_needs_two_approvals_shows_its_count_and_keeps_its_buttons(f
     shown = json.dumps(update.body["blocks"])
     assert "Approvals: 1 of 2 (erin)" in shown and [b for b in update.body["blocks"] if b["type"] == "actions"]
     interact(_approve_click(fake_slack, "U0ERIN", value))  # the same person again: nothing
-    assert "another person must approve" in fake_slack.wait_for("hook", 2)[-1].body["text"]
+    fake_slack.wait_until(
+        lambda: [h for h in fake_slack.of("hook") if "another person must approve" in h.body.get("text", "")],
+        what="the explanation",
+    )
     interact(_approve_click(fake_slack, "U0FINN", value))
     assert [d.decided_by_username for d in Decision.objects.filter(run_id=stream.run_id).order_by("decided_at")] == [
         "erin",
@@ -606,3 +611,22 @@ def test_arguments_full_of_control_characters_stay_within_slacks_limits(fake_sla
     interact(submission(opened.body["view"], "U0ERIN"))
     assert Decision.objects.get(run_id=stream.run_id).via == "slack"
     wait_rested(stream.run_id)
+
+
+def test_an_update_that_overtakes_its_post_is_sent_as_soon_as_the_post_is(fake_slack, settings):
+    """The call is decided while Slack still answers the post: the update waits for the post (no retry
+    of its own: the retry delay here is ten minutes), and goes the moment the post is done."""
+    settings.AGENTRUN_WEBHOOK_RETRY_SECONDS = 600
+    fake_slack.hold_posts = threading.Event()
+    destination()
+    run_id = email_run(thread="t-overtake")
+    fake_slack.wait_until(lambda: fake_slack.holding == 1, what="the post in flight")
+    decide_call(agent_id="support-agent", run_id=run_id, kind="approve", decider=Decider.system("ops"))
+    decided = SlackDelivery.objects.filter(action="update", event__type="toolcall.decided")
+    wait_until(lambda: decided.filter(last_error="not posted yet").exists(), what="the update waiting for its post")
+    fake_slack.hold_posts.set()
+    fake_slack.wait_for("chat.postMessage")
+    row = wait_until(lambda: decided.filter(status="delivered").first(), what="the update sent after the post")
+    assert row.attempts == 2
+    assert fake_slack.of("chat.update")[0].body["ts"] == "1700000000.000001"
+    wait_rested(run_id)

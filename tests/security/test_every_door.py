@@ -47,7 +47,7 @@ from agentrun.engine.types import Decider
 from notifications import links, slack
 from notifications.models import DecisionLink, SlackDestination, SlackIdentity, SlackMessage
 from tests.api.conftest import wait_rested
-from tests.factories import collect, of_type, rested, start, tool_line, wait_for_tasks
+from tests.factories import collect, of_type, rested, start, tool_line
 from tests.notifications import slack_fake
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -91,7 +91,7 @@ def slack_workspace(settings):
     settings.AGENTRUN_SLACK_SIGNING_SECRET = slack_fake.SIGNING_SECRET
     SLACK[:] = [state]
     yield state
-    wait_for_tasks()
+    slack_fake.settle()
     stop()
 
 
