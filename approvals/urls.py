@@ -15,6 +15,7 @@ urlpatterns = [
     path("threads/<anyid:thread_id>/", views.thread_detail, name="thread"),
     path("runs/<str:run_id>/", views.run_detail, name="run"),
     path("runs/<str:run_id>/calls/<anyid:tool_call_id>/decide", views.decide_call, name="decide"),
+    path("runs/<str:run_id>/calls/<anyid:tool_call_id>/claim", views.claim_call, name="claim"),
     path("decide-all", views.decide_all, name="decide-all"),
     path("history/", views.history, name="history"),
     path("history/export.<str:fmt>", views.history_export, name="history-export"),

@@ -32,6 +32,7 @@ urlpatterns = [
     *both("agents/<str:agentId>/runs/<str:runId>/decline", views.DeclineView.as_view(), "decline"),
     *both("agents/<str:agentId>/runs/<str:runId>/resume", views.ResumeView.as_view(), "resume"),
     *both("agents/<str:agentId>/runs/<str:runId>/decisions", views.BatchDecisionView.as_view(), "decisions-batch"),
+    *both("agents/<str:agentId>/runs/<str:runId>/claim", views.ClaimView.as_view(), "claim"),
     *both("runs/<str:runId>", views.RunDetailView.as_view(), "run"),
     *both("runs/<str:runId>/steps", views.RunStepListView.as_view(), "run-steps"),
     *both("runs/<str:runId>/steps/<str:stepId>", views.RunStepDetailView.as_view(), "run-step"),

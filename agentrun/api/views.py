@@ -29,10 +29,10 @@ from agentrun.api.http import ApiView, EventStreamRenderer, choice_param, int_pa
 from agentrun.api.idempotency import decide_via_api, fingerprint
 from agentrun.api.pagination import cursor_page, list_envelope
 from agentrun.api.sse import event_stream_response
-from agentrun.core import access
+from agentrun.core import access, claims
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import subscribe
-from agentrun.core.models import BackgroundTask, Decision, Message, Run, RunStep, Thread
+from agentrun.core.models import BackgroundTask, Decision, Message, Run, RunStep, SuspendedToolCall, Thread
 from agentrun.core.selectors import (
     SuspendedRun,
     SuspendedRunsStream,
@@ -363,6 +363,46 @@ class BatchDecisionView(DecisionView):
 
 
 # --- runs ----------------------------------------------------------------------------------------
+class ClaimView(ApiView):
+    """Shared work on an open call (docs/api.md#claims): claim, release, assign. Never decides anything
+    and never stops anyone else from deciding."""
+
+    required_permissions = {"POST": access.DECIDE_PERMISSION}
+
+    @extend_schema(
+        operation_id="runs_claim",
+        tags=["decisions"],
+        request={JSON: bodies.ClaimBody},
+        responses={200: OpenApiTypes.OBJECT, **errors(*WRITE_ERRORS, 409)},
+    )
+    def post(self, request: Request, agentId: str, runId: str) -> Response:  # noqa: N803
+        agent = agent_or_404(agentId, request.user)
+        body = bodies.parse(bodies.ClaimBody, self.body())
+        if not access.can_decide_agent(request.user, agent.id):
+            raise AgentRunError("PERMISSION_DENIED", "You may not work on this agent's tool calls.")
+        run = Run.objects.filter(pk=runId, agent_id=agent.id).first()
+        if run is None:
+            raise AgentRunError("RUN_NOT_FOUND", f"No run {runId}.")
+        calls = SuspendedToolCall.objects.select_related(*claims.RELATED).filter(
+            run=run, status=SuspendedToolCall.Status.OPEN
+        )
+        if body.toolCallId is not None:
+            calls = calls.filter(tool_call_id=body.toolCallId)
+        found = list(calls[:2])
+        if not found:
+            raise AgentRunError("TOOL_CALL_NOT_SUSPENDED", "No such open tool call in this run.")
+        if len(found) > 1:
+            raise AgentRunError("AMBIGUOUS_TOOL_CALL", "The run has several open calls: name the toolCallId.")
+        call = found[0]
+        if body.action == "claim":
+            state = claims.claim(user=request.user, call=call)
+        elif body.action == "release":
+            state = claims.release(user=request.user, call=call)
+        else:
+            state = claims.assign(by=request.user, call=call, username=body.assignee, group=body.assigneeGroup)
+        return Response({"runId": run.id, "toolCallId": call.tool_call_id, "claim": state.to_dict()})
+
+
 class RunDetailView(ApiView):
     @extend_schema(
         operation_id="runs_retrieve", tags=["runs"], responses={200: s.RunSerializer, **errors(*READ_ERRORS)}

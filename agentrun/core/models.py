@@ -378,6 +378,22 @@ class SuspendedToolCall(models.Model):
     warn_at = models.DateTimeField(null=True, blank=True)
     timeout_at = models.DateTimeField(null=True, blank=True)
     on_timeout = models.CharField(max_length=16, null=True, blank=True)
+    # Shared work (docs/dashboard.md#shared-work, ``agentrun.core.claims``): who said "I'm on it" (live
+    # until ``AGENTRUN_CLAIM_IDLE_SECONDS`` pass after ``claim_touched_at``) and to whom the call is
+    # assigned. On the call's own row: the decision, which locks and rewrites this row anyway, reads and
+    # clears them without one more statement. Neither ever blocks a decision.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    claimed_by_username = models.CharField(max_length=150, null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_touched_at = models.DateTimeField(null=True, blank=True)
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    assignee_group = models.ForeignKey("auth.Group", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    assigned_by_username = models.CharField(max_length=150, null=True, blank=True)
+    assigned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["position", "id"]
@@ -425,6 +441,7 @@ class Decision(models.Model):
         SYSTEM = "system"
         LINK = "link"  # a signed decision link
         POLICY = "policy"  # a standing grant or a timeout policy
+        SLACK = "slack"  # a button (or a modal) of an interactive Slack message (docs/slack.md)
 
     id = models.CharField(primary_key=True, max_length=40, default=_decision_id, editable=False)
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="decisions")
@@ -446,7 +463,10 @@ class Decision(models.Model):
     via = models.CharField(max_length=16, choices=Via.choices)
     decided_at = models.DateTimeField(default=timezone.now)
     # What made an automatic decision (``via`` policy): ``{"policy": "grant", "grantId", …}`` or
-    # ``{"policy": "timeout", "onTimeout", …}``. Null for a person's decision and for expiry.
+    # ``{"policy": "timeout", "onTimeout", …}``; a person's decision from Slack: ``{"slack": {"userId",
+    # "teamId"}}`` (docs/slack.md). A person's decision made while someone else held a live claim on the
+    # call: ``{"claim": {"claimedBy", "claimedAt"}}`` (docs/dashboard.md#shared-work). Null otherwise, and
+    # for expiry.
     details = models.JSONField(null=True, blank=True)
     # The risk the decided call carried when it was decided (its ``SuspendedToolCall.risk``: for a
     # sub-agent's call surfaced on its supervisor, the inner call's). Kept, not derived from the tool's

@@ -16,6 +16,7 @@ from django.db.models import Count, Func, IntegerField, OuterRef, Q, QuerySet, S
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentrun.core import claimstate
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
 from agentrun.core.timeutil import iso, parse_datetime_bound
@@ -42,6 +43,7 @@ class SuspendedRunToolCall:
     # toolName, args}); and the approvals given towards a quorum ({decidedBy, decidedAt}).
     sub_agent: dict | None = None
     approvals_given: list[dict] = field(default_factory=list)
+    claim: dict | None = None  # who is on it (docs/dashboard.md#shared-work): ``ClaimState.to_dict()``
 
     @property
     def shown_args(self) -> Any:
@@ -64,6 +66,8 @@ class SuspendedRunToolCall:
             "argsFingerprint": self.args_fingerprint,
             "approvals": {"required": self.approvals_required, "given": self.approvals_given},
         }
+        if self.claim is not None:  # the listings (docs/api.md#the-listing), not event payloads
+            data["claim"] = self.claim
         if self.inner_run_id:
             data |= {
                 "innerAgentId": self.inner_agent_id,
@@ -74,7 +78,9 @@ class SuspendedRunToolCall:
         return data
 
 
-def describe_open_calls(calls: QuerySet[SuspendedToolCall]) -> dict[str, list[SuspendedRunToolCall]]:
+def describe_open_calls(
+    calls: QuerySet[SuspendedToolCall], *, run_agents: dict[str, str] | None = None
+) -> dict[str, list[SuspendedRunToolCall]]:
     """The open calls of ``calls`` as the listing shows them, by run id, in order: one query, plus one
     for the sub-agents' calls they surface and one for quorum approvals, each only when there are any.
 
@@ -95,7 +101,10 @@ def describe_open_calls(calls: QuerySet[SuspendedToolCall]) -> dict[str, list[Su
             inner[(run_id, tool_call_id)] = (tool_name, args)
     described: dict[str, list[SuspendedRunToolCall]] = {}
     quorum = []
-    for run_id, tool_call_id, tool_name, args, *rest, pending, required, suspension in rows:
+    now = timezone.now()
+    for row in rows:
+        run_id, tool_call_id, tool_name, args, *rest, pending, required, suspension = row[:-CLAIM_COLUMNS]
+        claimed_by, claimed_at, touched_at, assignee, assignee_group = row[-CLAIM_COLUMNS:]
         requires_approval, suspend_payload, resume_schema, risk, inner_agent_id, inner_run_id, inner_call_id = rest
         call = SuspendedRunToolCall(
             tool_call_id,
@@ -110,6 +119,20 @@ def describe_open_calls(calls: QuerySet[SuspendedToolCall]) -> dict[str, list[Su
             inner_call_id,
             approvals_required=required,
             suspension=suspension,
+        )
+        call.claim = (
+            None
+            if run_agents is None
+            else claimstate.state(
+                claimed_by=claimed_by,
+                claimed_at=claimed_at,
+                touched_at=touched_at,
+                assignee=assignee,
+                assignee_group=assignee_group,
+                agent_id=inner_agent_id or (run_agents or {}).get(run_id, ""),
+                tool_name=tool_name,
+                now=now,
+            ).to_dict()
         )
         if inner_run_id:
             inner_name, inner_args = inner.get((inner_run_id, inner_call_id), (None, None))
@@ -320,7 +343,14 @@ _CALL_COLUMNS = (
     "pending_args",
     "approvals_required",
     "suspension",
+    # Who is on the call (docs/dashboard.md#shared-work): the last five, see ``describe_open_calls``.
+    "claimed_by_username",
+    "claimed_at",
+    "claim_touched_at",
+    "assignee__username",
+    "assignee_group__name",
 )
+CLAIM_COLUMNS = 5
 
 
 def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
@@ -328,7 +358,7 @@ def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
     open_calls = SuspendedToolCall.objects.filter(run_id__in=[row[0] for row in rows]).order_by(
         "run_id", "position", "id"
     )
-    calls_by_run = describe_open_calls(open_calls)
+    calls_by_run = describe_open_calls(open_calls, run_agents={row[0]: row[1] for row in rows})
     return [
         SuspendedRun(
             run_id=run_id,

@@ -52,6 +52,12 @@ CONTRACT_PATHS = {
     ("/api/webhook-endpoints/{id}", "patch"),
     ("/api/webhook-endpoints/{id}", "delete"),
     ("/api/webhook-endpoints/{id}/deliveries", "get"),
+    ("/api/slack-destinations/", "get"),
+    ("/api/slack-destinations/", "post"),
+    ("/api/slack-destinations/{id}", "get"),
+    ("/api/slack-destinations/{id}", "patch"),
+    ("/api/slack-destinations/{id}", "delete"),
+    ("/api/slack-destinations/{id}/deliveries", "get"),
 }
 
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentrun', '0014_audit_receipts'),
+        ('agentrun', '0015_slack'),
     ]
 
     operations = [
