@@ -32,7 +32,7 @@ from agentrun.api.sse import event_stream_response
 from agentrun.core import access, claims
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import subscribe
-from agentrun.core.models import BackgroundTask, Message, Run, RunStep, SuspendedToolCall, Thread
+from agentrun.core.models import BackgroundTask, Decision, Message, Run, RunStep, SuspendedToolCall, Thread
 from agentrun.core.selectors import (
     SuspendedRun,
     SuspendedRunsStream,
@@ -511,6 +511,9 @@ class DecisionListView(ApiView):
             _param("threadId", "only decisions on this thread"),
             _param("runId", "only decisions on this run"),
             _param("decidedBy", "username of the person who decided"),
+            _param("toolName", "only decisions on this tool (a sub-agent's tool surfaced on its supervisor's too)"),
+            _param("via", "only decisions made this way", str, enum=list(Decision.Via.values)),
+            _param("kind", "only decisions of this kind", str, enum=list(Decision.Kind.values)),
             _param("fromDate", "decidedAt ≥ this ISO 8601 date-time", OpenApiTypes.DATETIME),
             _param("toDate", "decidedAt ≤ this ISO 8601 date-time", OpenApiTypes.DATETIME),
             *CURSOR_PARAMS,
@@ -525,6 +528,9 @@ class DecisionListView(ApiView):
             thread_id=q.get("threadId"),
             run_id=q.get("runId"),
             decided_by=q.get("decidedBy"),
+            tool_name=q.get("toolName"),
+            via=choice_param(q.get("via"), name="via", choices=tuple(Decision.Via.values), default=None),
+            kind=choice_param(q.get("kind"), name="kind", choices=tuple(Decision.Kind.values), default=None),
             from_date=q.get("fromDate"),
             to_date=q.get("toDate"),
         )

@@ -254,3 +254,26 @@ def test_admin_search_stays_in_the_staff_members_scope(settings, groups, trail):
     user.user_permissions.add(Permission.objects.get(codename="view_decision"))
     assert client.get(ADMIN, {"q": "o-77"}).content.decode().count("/change/") == 0
     assert trail["plain"].id in client.get(ADMIN, {"q": "ann@example.com"}).content.decode()
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"toolName": "send-email"}, ["edited", "plain"]),
+        ({"via": "link"}, ["declined"]),
+        ({"via": "policy", "kind": "approve"}, ["refund"]),
+        ({"kind": "decline"}, ["declined"]),
+        ({"toolName": "refund", "decidedBy": "rita"}, ["refund"]),
+    ],
+)
+def test_rest_decisions_take_the_same_filters(reviewer, trail, query, expected):
+    client, _ = reviewer
+    response = client.get("/api/decisions", query)
+    assert [d["id"] for d in response.json()["data"]] == [trail[k].id for k in expected]
+
+
+def test_rest_decisions_refuse_an_unknown_via_or_kind(reviewer, trail):
+    client, _ = reviewer
+    for query in ({"via": "carrier-pigeon"}, {"kind": "maybe"}):
+        response = client.get("/api/decisions", query)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_REQUEST"
