@@ -654,7 +654,15 @@
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     // A live update never closes a confirmation being read (its list is what the second click decides).
     var target = event.detail.target;
-    if (target && target.id === "batch" && target.querySelector(".batch-confirm")) event.detail.shouldSwap = false;
+    if (!target || target.id !== "batch") return;
+    // Never replaced (a click may be landing on it, a confirmation or a result may be being read): the
+    // Approve all / Decline all bar is only added when a second call arrived; syncBatch hides it.
+    event.detail.shouldSwap = false;
+    if (target.querySelector(".batch-confirm, .batch-ask")) return;
+    var holder = document.createElement("div");
+    holder.appendChild(event.detail.fragment.cloneNode(true));
+    var fresh = holder.querySelector(".batch-ask");
+    if (fresh) { target.appendChild(fresh); htmx.process(fresh); }
   });
 
   /* --- the inbox's live refresh: rows that were not there before are marked new --- */

@@ -234,9 +234,11 @@ def list_suspended_runs(
     to_date: datetime | str | None = None,
     per_page: int | str | None = None,
     page: int | str | None = None,
+    with_claims: bool = False,
 ) -> SuspendedRunsPage:
     """Runs of ``agent_id`` waiting for people, newest first. Three queries whatever the page size:
-    the total, the page of snapshots, and their open calls."""
+    the total, the page of snapshots, and their open calls. ``with_claims``: each call also says who is
+    on it (``claim``, docs/api.md#claims), for a listing that documents it."""
     per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
     page = _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
     start = parse_datetime_bound(from_date, "fromDate")
@@ -250,7 +252,8 @@ def list_suspended_runs(
     ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
         ordered = ordered[page * per_page : (page + 1) * per_page]
-    return SuspendedRunsPage(runs=_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS))), total=total)
+    rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS))
+    return SuspendedRunsPage(runs=_with_open_calls(rows, with_claims=with_claims), total=total)
 
 
 def _open_total(
@@ -328,12 +331,12 @@ _CALL_COLUMNS = (
 CLAIM_COLUMNS = 5
 
 
-def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
+def _with_open_calls(rows: list[tuple], *, with_claims: bool = False) -> list[SuspendedRun]:
     """The runs of these snapshot rows (``_SNAPSHOT_COLUMNS``) with their open calls (``describe_open_calls``)."""
     open_calls = SuspendedToolCall.objects.filter(run_id__in=[row[0] for row in rows]).order_by(
         "run_id", "position", "id"
     )
-    calls_by_run = describe_open_calls(open_calls, run_agents={row[0]: row[1] for row in rows})
+    calls_by_run = describe_open_calls(open_calls, run_agents={row[0]: row[1] for row in rows} if with_claims else None)
     return [
         SuspendedRun(
             run_id=run_id,

@@ -14,8 +14,11 @@ def url(run_id: str, agent: str = "support-agent") -> str:
 
 
 def listing_claim(api, run_id: str) -> dict:
-    runs = api.get("/api/agents/support-agent/suspended-runs").json()["runs"]
-    [run] = [r for r in runs if r["runId"] == run_id]
+    from agentrun.core.selectors import list_suspended_runs
+
+    runs = list_suspended_runs(agent_id="support-agent", with_claims=True).runs
+    [run] = [r.to_dict() for r in runs if r.run_id == run_id]
+    assert "claim" not in api.get("/api/agents/support-agent/suspended-runs").json()["runs"][0]["toolCalls"][0]
     return run["toolCalls"][0]["claim"]
 
 
