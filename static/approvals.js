@@ -783,6 +783,11 @@
         var why = p.finishReason || "";
         if (why !== "suspended") state.textContent = "The run finished" + (why ? " (" + why + ")." : ".");
         socket.close();
+        var page = document.querySelector(".thread-page");
+        if (page && document.getElementById("recent-messages")) {
+          var u = page.dataset.threadUrl;
+          htmx.ajax("GET", u + (u.indexOf("?") < 0 ? "?" : "&") + "part=messages", { target: "#recent-messages", swap: "outerHTML" });
+        }
       }
     });
     socket.addEventListener("error", function () { state.textContent = "The outcome could not be followed: see the run."; });
