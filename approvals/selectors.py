@@ -148,21 +148,24 @@ def inbox_page(*, newest_first: bool = False, page: int = 1, per_page: int | Non
     """
     per_page = per_page or INBOX_MAX_ROWS
     calls = inbox_open_calls(**filters)
-    totals = calls.order_by().aggregate(threads=Count("run__thread_id", distinct=True), calls=Count("id"))
-    pages = max(1, -(-totals["threads"] // per_page))
-    number = min(max(1, page), pages)  # past the end: the last page (decisions shrink the inbox)
-    order = ("-newest", "run__thread_id") if newest_first else ("oldest", "run__thread_id")
-    start = (number - 1) * per_page
-    groups = (
-        calls.values("run__thread_id")
-        .annotate(open_count=Count("id"), oldest=Min("created_at"), newest=Max("created_at"))
-        .order_by(*order)[start : start + per_page]
+    grouped = calls.values("run__thread_id").annotate(
+        open_count=Count("id"), oldest=Min("created_at"), newest=Max("created_at")
     )
+    number = max(1, page)
+    found, total_threads, total_calls = _grouped_page(
+        grouped, newest_first=newest_first, number=number, per_page=per_page
+    )
+    if not found and number > 1:  # past the end (decisions shrink the inbox): the last page
+        total_threads = calls.order_by().aggregate(n=Count("run__thread_id", distinct=True))["n"]
+        number = max(1, -(-total_threads // per_page))
+        found, total_threads, total_calls = _grouped_page(
+            grouped, newest_first=newest_first, number=number, per_page=per_page
+        )
     rows = {
         g["run__thread_id"]: InboxRow(
             thread_id=g["run__thread_id"], open_count=g["open_count"], oldest=g["oldest"], newest=g["newest"]
         )
-        for g in groups
+        for g in found
     }
     if rows:
         members = calls.filter(run__thread_id__in=list(rows)).select_related(*claims.RELATED)
@@ -174,9 +177,38 @@ def inbox_page(*, newest_first: bool = False, page: int = 1, per_page: int | Non
         rows=list(rows.values()),
         number=number,
         per_page=per_page,
-        total_threads=totals["threads"],
-        total_calls=totals["calls"],
+        total_threads=total_threads,
+        total_calls=total_calls,
     )
+
+
+def _grouped_page(grouped: QuerySet, *, newest_first: bool, number: int, per_page: int) -> tuple[list[dict], int, int]:
+    """One page of the per-thread groups and the totals of all of them, in one scan of the open calls:
+    the totals are window functions over the groups, computed before the page is cut (PostgreSQL and
+    SQLite alike)."""
+    from django.db import connections
+
+    sql, params = grouped.order_by().query.sql_with_params()
+    order = "g.newest DESC, g.run__thread_id" if newest_first else "g.oldest, g.run__thread_id"
+    wrapped = (
+        "SELECT g.run__thread_id, g.open_count, g.oldest, g.newest, COUNT(*) OVER (), SUM(g.open_count) OVER () "
+        f"FROM ({sql}) g ORDER BY {order} LIMIT %s OFFSET %s"
+    )
+    connection = connections[grouped.db]
+    with connection.cursor() as cursor:
+        cursor.execute(wrapped, [*params, per_page, (number - 1) * per_page])
+        fetched = cursor.fetchall()
+    if not fetched:
+        return [], 0, 0
+    convert = (
+        connection.ops.convert_datetimefield_value if hasattr(connection.ops, "convert_datetimefield_value") else None
+    )
+    found = []
+    for thread_id, open_count, oldest, newest, _threads, _calls in fetched:
+        if convert is not None:
+            oldest, newest = convert(oldest, None, connection), convert(newest, None, connection)
+        found.append({"run__thread_id": thread_id, "open_count": open_count, "oldest": oldest, "newest": newest})
+    return found, fetched[0][4], int(fetched[0][5])
 
 
 def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset()) -> dict[str, list]:

@@ -167,6 +167,8 @@ def assignee_choices() -> dict[str, list[str]]:
 @viewer_required
 def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
     context = _thread_context(request, thread_id)
+    if request.htmx and request.GET.get("part") == "messages":  # a decided card's run finished: its words
+        return render(request, "approvals/thread.html#recent-messages", context)
     claims.touch(user=request.user, calls=[c.call for c in context["calls"]])  # the claimer is still on them
     if request.htmx and "known" in request.GET:
         # The live refresh: the page says which calls it shows; answer with the new ones (appended)

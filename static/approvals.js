@@ -39,7 +39,7 @@
   /* Stale cards must not be decided: every decide control is disabled while offline or re-syncing. */
   function applyLiveState() {
     var blocked = offline || document.body.dataset.live === "syncing";
-    document.querySelectorAll(".call fieldset.decide, .batch fieldset.decide, .call .grant fieldset, .call .grant button")
+    document.querySelectorAll(".call fieldset.decide, .row-call fieldset.decide, .batch fieldset.decide, .call .grant fieldset, .call .grant button")
       .forEach(function (el) { el.disabled = blocked; });
   }
 
@@ -371,9 +371,58 @@
     refocus = { card: card, index: cards().indexOf(card) };
     button.click(); // a high-risk approval answers with its confirmation step, nothing more
   }
+  /* The inline decide form of an inbox call (built on demand: a page of 200 threads carries none). */
+  function rowForm(row) {
+    var form = row.querySelector(".row-decide");
+    if (form || !row.dataset.decideUrl) return form;
+    form = document.createElement("form");
+    form.className = "row-decide";
+    form.method = "post";
+    form.action = row.dataset.decideUrl;
+    form.setAttribute("hx-post", row.dataset.decideUrl);
+    form.setAttribute("hx-target", "closest .row-call");
+    form.setAttribute("hx-swap", "innerHTML");
+    form.hidden = true;
+    var fields = document.createElement("fieldset");
+    fields.className = "decide";
+    function input(type, name, value) {
+      var el = document.createElement("input");
+      el.type = type; el.name = name; el.value = value;
+      return el;
+    }
+    function button(text, value, cls) {
+      var el = document.createElement("button");
+      el.type = value === null ? "button" : "submit";
+      if (value !== null) { el.name = "action"; el.value = value; }
+      el.textContent = text;
+      if (cls) el.className = cls;
+      return el;
+    }
+    var blocker = button("", "", ""); // the form's default button, disabled: Enter submits nothing by accident
+    blocker.hidden = true; blocker.disabled = true; blocker.setAttribute("aria-hidden", "true");
+    fields.appendChild(blocker);
+    fields.appendChild(input("hidden", "args_fingerprint", row.dataset.fingerprint));
+    var label = document.createElement("label");
+    var reason = input("text", "reason", "");
+    reason.id = "row-reason-" + Math.random().toString(36).slice(2);
+    reason.placeholder = "optional, the agent sees it";
+    label.htmlFor = reason.id;
+    label.textContent = "Reason";
+    fields.appendChild(label);
+    fields.appendChild(reason);
+    fields.appendChild(button("Decline", "decline", "danger"));
+    if (row.dataset.risk !== "high") fields.appendChild(button("Approve", "approve", "primary"));
+    var cancel = button("Cancel", null, "");
+    cancel.dataset.rowDecide = "close";
+    fields.appendChild(cancel);
+    form.appendChild(fields);
+    row.appendChild(form);
+    htmx.process(form);
+    return form;
+  }
   function openReason(unit) {
     // d: the reason box, armed so that Enter in it declines; nothing is decided yet.
-    var form = unit.querySelector(".row-decide");
+    var form = unit.matches(ROW) ? rowForm(unit) : null;
     if (form) form.hidden = false;
     var box = unit.querySelector(".decline-group input[name=reason], .row-decide input[name=reason]");
     if (!box || box.disabled) return;
@@ -395,7 +444,8 @@
       return;
     }
     if (kind === "decline") { openReason(row); return; }
-    var button = row.querySelector(".row-decide button[value=approve]");
+    var form = rowForm(row);
+    var button = form && form.querySelector("button[value=approve]");
     if (button && !button.disabled) button.click();
   }
   var beforeKeys = null;
@@ -654,7 +704,15 @@
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     // A live update never closes a confirmation being read (its list is what the second click decides).
     var target = event.detail.target;
-    if (target && target.id === "batch" && target.querySelector(".batch-confirm")) event.detail.shouldSwap = false;
+    if (!target || target.id !== "batch") return;
+    // Never replaced (a click may be landing on it, a confirmation or a result may be being read): the
+    // Approve all / Decline all bar is only added when a second call arrived; syncBatch hides it.
+    event.detail.shouldSwap = false;
+    if (target.querySelector(".batch-confirm, .batch-ask")) return;
+    var holder = document.createElement("div");
+    holder.appendChild(event.detail.fragment.cloneNode(true));
+    var fresh = holder.querySelector(".batch-ask");
+    if (fresh) { target.appendChild(fresh); htmx.process(fresh); }
   });
 
   /* --- the inbox's live refresh: rows that were not there before are marked new --- */
@@ -725,6 +783,11 @@
         var why = p.finishReason || "";
         if (why !== "suspended") state.textContent = "The run finished" + (why ? " (" + why + ")." : ".");
         socket.close();
+        var page = document.querySelector(".thread-page");
+        if (page && document.getElementById("recent-messages")) {
+          var u = page.dataset.threadUrl;
+          htmx.ajax("GET", u + (u.indexOf("?") < 0 ? "?" : "&") + "part=messages", { target: "#recent-messages", swap: "outerHTML" });
+        }
       }
     });
     socket.addEventListener("error", function () { state.textContent = "The outcome could not be followed: see the run."; });

@@ -152,12 +152,16 @@ LISTING_PARAMS = [
 ]
 
 
-def listing_response(request: Request, agents: dict[str, Any]) -> Response | StreamingHttpResponse:
+def listing_response(
+    request: Request, agents: dict[str, Any], *, with_claims: bool = False
+) -> Response | StreamingHttpResponse:
     """The listing contract's answer for ``agents`` (``agent_id`` or ``agent_ids``): one path for the
-    per-agent route and ``GET /api/suspended-runs``, so both filter, order, page and count alike."""
+    per-agent route and ``GET /api/suspended-runs``, so both filter, order, page and count alike.
+    ``with_claims``: each call also carries ``claim`` (docs/api.md#claims)."""
     q = request.query_params
     filters = {
         **agents,
+        "with_claims": with_claims,
         "thread_id": q.get("threadId") or None,
         "resource_id": q.get("resourceId") or None,
         "from_date": q.get("fromDate"),
@@ -192,16 +196,27 @@ class AllSuspendedRunsView(ApiView):
     @extend_schema(
         operation_id="suspended_runs",
         tags=["agents"],
-        parameters=[_param("agentId", "only runs of this agent (404 AGENT_NOT_FOUND when hidden)"), *LISTING_PARAMS],
+        parameters=[
+            _param("agentId", "only runs of this agent (404 AGENT_NOT_FOUND when hidden)"),
+            _param("include", '"claims": each tool call also carries claim (who is on it, who it is assigned to)'),
+            *LISTING_PARAMS,
+        ],
         responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request) -> Response | StreamingHttpResponse:
+        include = request.query_params.get("include") or ""
+        if include not in ("", "claims"):
+            raise AgentRunError(
+                "INVALID_REQUEST", f'include takes "claims", not {include!r}.', details={"field": "include"}
+            )
+        with_claims = include == "claims"
         if agent_id := request.query_params.get("agentId"):
-            return listing_response(request, {"agent_id": agent_or_404(agent_id, request.user).id})
+            agent = agent_or_404(agent_id, request.user)
+            return listing_response(request, {"agent_id": agent.id}, with_claims=with_claims)
         visible = access.visible_agent_ids(request.user, [agent.id for agent in all_agents()])
         if not visible:
             raise AgentRunError("PERMISSION_DENIED", "You may view no agent.")
-        return listing_response(request, {"agent_ids": visible})
+        return listing_response(request, {"agent_ids": visible}, with_claims=with_claims)
 
 
 class StreamedListing:
@@ -369,12 +384,8 @@ class ClaimView(ApiView):
 
     required_permissions = {"POST": access.DECIDE_PERMISSION}
 
-    @extend_schema(
-        operation_id="runs_claim",
-        tags=["decisions"],
-        request={JSON: bodies.ClaimBody},
-        responses={200: OpenApiTypes.OBJECT, **errors(*WRITE_ERRORS, 409)},
-    )
+    # Out of the OpenAPI schema, which describes the contract's routes exactly; docs/api.md#claims has it.
+    @extend_schema(exclude=True)
     def post(self, request: Request, agentId: str, runId: str) -> Response:  # noqa: N803
         agent = agent_or_404(agentId, request.user)
         body = bodies.parse(bodies.ClaimBody, self.body())

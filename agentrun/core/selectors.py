@@ -237,9 +237,11 @@ def list_suspended_runs(
     to_date: datetime | str | None = None,
     per_page: int | str | None = None,
     page: int | str | None = None,
+    with_claims: bool = False,
 ) -> SuspendedRunsPage:
     """Runs of ``agent_id`` waiting for people, newest first. Three queries whatever the page size:
-    the total, the page of snapshots, and their open calls.
+    the total, the page of snapshots, and their open calls. ``with_claims``: each call also says who is
+    on it (``claim``, docs/api.md#claims), for a listing that documents it.
 
     ``agent_ids`` instead of ``agent_id``: the runs of all those agents, in the same order, with the same
     filters, paging and total (``GET /api/suspended-runs``, docs/api.md#across-agents); the caller names
@@ -258,7 +260,8 @@ def list_suspended_runs(
     ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
         ordered = ordered[page * per_page : (page + 1) * per_page]
-    return SuspendedRunsPage(runs=_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS))), total=total)
+    rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS))
+    return SuspendedRunsPage(runs=_with_open_calls(rows, with_claims=with_claims), total=total)
 
 
 def _open_total(
@@ -353,12 +356,12 @@ _CALL_COLUMNS = (
 CLAIM_COLUMNS = 5
 
 
-def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
+def _with_open_calls(rows: list[tuple], *, with_claims: bool = False) -> list[SuspendedRun]:
     """The runs of these snapshot rows (``_SNAPSHOT_COLUMNS``) with their open calls (``describe_open_calls``)."""
     open_calls = SuspendedToolCall.objects.filter(run_id__in=[row[0] for row in rows]).order_by(
         "run_id", "position", "id"
     )
-    calls_by_run = describe_open_calls(open_calls, run_agents={row[0]: row[1] for row in rows})
+    calls_by_run = describe_open_calls(open_calls, run_agents={row[0]: row[1] for row in rows} if with_claims else None)
     return [
         SuspendedRun(
             run_id=run_id,
@@ -389,8 +392,9 @@ class SuspendedRunsStream:
     and the transaction live on that thread's connection.
     """
 
-    def __init__(self, snapshots: QuerySet[Snapshot]) -> None:
+    def __init__(self, snapshots: QuerySet[Snapshot], *, with_claims: bool = False) -> None:
         # Nothing runs until the first batch.
+        self.with_claims = with_claims
         self._rows: Generator[tuple, None, None] = snapshots.values_list(*_SNAPSHOT_COLUMNS).iterator(  # type: ignore[assignment]
             chunk_size=STREAM_BATCH
         )
@@ -404,7 +408,7 @@ class SuspendedRunsStream:
             self._transaction.__enter__()
         self._started = True
         try:
-            batch = _with_open_calls(list(islice(self._rows, STREAM_BATCH)))
+            batch = _with_open_calls(list(islice(self._rows, STREAM_BATCH)), with_claims=self.with_claims)
         except BaseException:
             self.close(*sys.exc_info())
             raise
@@ -438,6 +442,7 @@ def stream_suspended_runs(
     to_date: datetime | str | None = None,
     per_page: int | str | None = None,
     page: int | str | None = None,
+    with_claims: bool = False,
 ) -> SuspendedRunsStream:
     """``list_suspended_runs`` without paging, streamed: the runs in the same order, with the same fields.
 
@@ -452,7 +457,7 @@ def stream_suspended_runs(
     snapshots = _matching(agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
     # As in list_suspended_runs: a run past its time to live is not listed.
     listed = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-    return SuspendedRunsStream(listed.order_by("-created_at", "-run_id"))
+    return SuspendedRunsStream(listed.order_by("-created_at", "-run_id"), with_claims=with_claims)
 
 
 def decision_history(

@@ -14,8 +14,11 @@ def url(run_id: str, agent: str = "support-agent") -> str:
 
 
 def listing_claim(api, run_id: str) -> dict:
-    runs = api.get("/api/agents/support-agent/suspended-runs").json()["runs"]
-    [run] = [r for r in runs if r["runId"] == run_id]
+    from agentrun.core.selectors import list_suspended_runs
+
+    runs = list_suspended_runs(agent_id="support-agent", with_claims=True).runs
+    [run] = [r.to_dict() for r in runs if r.run_id == run_id]
+    assert "claim" not in api.get("/api/agents/support-agent/suspended-runs").json()["runs"][0]["toolCalls"][0]
     return run["toolCalls"][0]["claim"]
 
 
@@ -58,3 +61,24 @@ def test_release_keeps_someone_elses_claim(api):
     olga = token_client(_user("olga", "Reviewers"))
     olga.post(url(run_id), {"action": "claim"}, format="json")
     assert api.post(url(run_id), {"action": "release"}, format="json").json()["claim"]["claimedBy"] == "olga"
+
+
+def test_the_listing_across_agents_carries_claims_when_asked(api):
+    """``GET /api/suspended-runs?include=claims``: an integration's inbox sees who is on each call and to
+    whom it is assigned, paged or not; without ``include`` the items keep the listing's shape."""
+    claimed, free = email_run(), email_run()
+    assert api.post(url(claimed), {"action": "claim"}, format="json").status_code == 200
+
+    for paging in ({}, {"perPage": 50, "page": 0}):
+        listed = api.get("/api/suspended-runs", {"include": "claims", **paging})
+        assert listed.status_code == 200, listed.content
+        calls = {run["runId"]: run["toolCalls"][0] for run in listed.json()["runs"]}
+        assert calls[claimed]["claim"]["claimedBy"] == "rita"
+        assert calls[free]["claim"]["claimedBy"] is None
+        plain = api.get("/api/suspended-runs", paging).json()["runs"]
+        assert all("claim" not in call for run in plain for call in run["toolCalls"])
+
+    by_agent = api.get("/api/suspended-runs", {"include": "claims", "agentId": "support-agent"}).json()
+    assert {run["runId"]: run["toolCalls"][0]["claim"]["claimedBy"] for run in by_agent["runs"]}[claimed] == "rita"
+    bad = api.get("/api/suspended-runs", {"include": "everything"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_REQUEST"

@@ -63,3 +63,30 @@ async def test_a_thread_id_of_any_characters_reaches_the_feed_intact():
     frame = await frame_about(comm, run_id)
     assert 'data-thread-id="a/../b c%?#&quot;&lt;i&gt;ü' + "x" * 200 + '"' in frame
     await comm.disconnect()
+
+
+async def test_a_claim_reaches_the_feed_with_who_is_on_it():
+    """docs/dashboard.md#shared-work: a claim is news for every open page (escaped like everything)."""
+    from django.contrib.auth.models import Group, User
+
+    from agentrun.core import claims
+    from agentrun.core.access import REVIEWERS
+    from agentrun.core.models import SuspendedToolCall
+
+    token = await viewer_token()
+    run_id = await suspended_email_run(thread="t-feed-claim")
+    comm = WebsocketCommunicator(application, f"/ws/approvals/?token={token}", headers=ORIGIN)
+    connected, _ = await comm.connect()
+    assert connected
+
+    @sync_to_async
+    def claim() -> None:
+        user = User.objects.create_user('ada"<b>', password="pw-12345678")
+        user.groups.add(Group.objects.get(name=REVIEWERS))
+        claims.claim(user=user, call=SuspendedToolCall.objects.select_related("run").get(run_id=run_id))
+
+    await claim()
+    frame = await comm.receive_from(timeout=5)
+    assert 'data-event="claimed"' in frame and f'data-run-id="{run_id}"' in frame
+    assert 'data-claimed-by="ada&quot;&lt;b&gt;"' in frame
+    await comm.disconnect()

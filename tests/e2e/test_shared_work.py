@@ -118,6 +118,7 @@ def test_a_per_field_edit_of_a_refund_amount_is_recorded_as_that_edit_and_the_ou
     expect(outcome.locator(".outcome-result")).to_contain_text('"refunded": 49.5', timeout=10_000)
     expect(outcome.locator(".outcome-words")).to_contain_text("refund:", timeout=10_000)
     expect(outcome).to_contain_text("The run finished")
+    expect(page.locator("#recent-messages")).to_contain_text('"refunded": 49.5')  # the side column follows
     screenshot(page, "card-outcome-desktop")
     decision = Decision.objects.get(run_id=run_id)
     assert decision.args == {"orderId": "o-9", "amount": 99.0}
