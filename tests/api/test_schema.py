@@ -78,7 +78,7 @@ def test_the_schema_documents_every_endpoint_of_the_contract(client):
         "page",
     }
     across = schema["paths"]["/api/suspended-runs"]["get"]
-    assert {p["name"] for p in across["parameters"]} == {p["name"] for p in listing["parameters"]} | {"agentId"}
+    assert {p["name"] for p in across["parameters"]} == {p["name"] for p in listing["parameters"]} | {"agentId", "include"}
     assert across["responses"]["200"] == listing["responses"]["200"]
     approve = schema["paths"]["/api/agents/{agentId}/runs/{runId}/approve"]["post"]
     assert {"202", "400", "401", "403", "404", "409", "413"} <= set(approve["responses"])
