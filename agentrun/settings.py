@@ -239,6 +239,7 @@ SPECTACULAR_SETTINGS = {
         "StepTypeEnum": "agentrun.core.models.RunStep.Type",
         "BackgroundTaskStatusEnum": "agentrun.api.views.BACKGROUND_TASK_STATUSES",
         "EventTypeEnum": "agentrun.core.outbox.EVENT_TYPES",
+        "DeliveryStatusEnum": "notifications.models.WebhookDelivery.Status",  # Slack's deliveries' too
         "ListObjectEnum": ["list"],
         "RunObjectEnum": ["thread.run"],
         "StepObjectEnum": ["thread.run.step"],
@@ -519,3 +520,8 @@ AGENTRUN_ENCRYPTION_KEYS = [k.strip() for k in os.environ.get("AGENTRUN_ENCRYPTI
 # How long a process trusts its in-memory view of who subscribes (endpoints, email recipients)
 # before reading it again; changes made in the same process apply at once.
 AGENTRUN_EVENTS_REFRESH_SECONDS = float(os.environ.get("AGENTRUN_EVENTS_REFRESH_SECONDS", "5"))
+# Slack (docs/slack.md): the app's signing secret (requests to /integrations/slack/… are verified with
+# it; unset, every such request is refused), and the base of Slack's Web API (tests point it at a local
+# server). A click's response_url is used only on hooks.slack.com or this URL's host.
+AGENTRUN_SLACK_SIGNING_SECRET = os.environ.get("AGENTRUN_SLACK_SIGNING_SECRET", "")
+AGENTRUN_SLACK_API_URL = os.environ.get("AGENTRUN_SLACK_API_URL", "https://slack.com/api").rstrip("/")

@@ -16,6 +16,7 @@ urlpatterns = [
     re_path(r"^api/audit/public-keys/?$", audit.public_keys, name="audit-public-keys"),
     path("api/", include("notifications.api_urls")),  # webhook endpoints: before the API's catch-all
     path("api/", include("agentrun.api.urls")),
+    path("integrations/slack/", include("notifications.slack_urls")),  # Slack's signed requests (docs/slack.md)
     path("approvals/", include("notifications.urls")),  # decision links, email settings, grants
     path("approvals/", include("approvals.urls")),
     path("accounts/", include("approvals.accounts")),  # Django's sign-in views; throttled password reset

@@ -18,6 +18,7 @@ urlpatterns = [
     path("runs/<str:run_id>/calls/<anyid:tool_call_id>/claim", views.claim_call, name="claim"),
     path("decide-all", views.decide_all, name="decide-all"),
     path("history/", views.history, name="history"),
+    path("history/export.<str:fmt>", views.history_export, name="history-export"),
     path("grants/", views.grant_list, name="grants"),
     path("grants/new", views.grant_create, name="grant-create"),
     path("grants/<str:grant_id>/revoke", views.grant_revoke, name="grant-revoke"),

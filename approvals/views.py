@@ -8,6 +8,8 @@ thread pages and history; a decision on a call the user may not decide is 403.
 from __future__ import annotations
 
 import json
+import re
+from datetime import date, datetime, time
 from functools import wraps
 from typing import Any
 
@@ -17,15 +19,16 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import F, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
-from agentrun.core import claims
+from agentrun.core import claims, exports
 from agentrun.core.access import can_decide, can_decide_agent, can_view, hidden_agent_ids
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, Run, SuspendedToolCall, Thread
@@ -36,6 +39,8 @@ from approvals.resume_form import attach_engine_errors, json_error, parse_resume
 from approvals.selectors import OpenCallView
 
 HISTORY_PAGE_SIZE = 25
+JSON_TYPE = "application/json"
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 BATCH_KINDS = ("approve", "decline")
 BATCH_ERRORS = {
     "ARGS_CHANGED": "The arguments of a listed call changed since you saw them.",
@@ -538,32 +543,86 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 
 # --- history ---------------------------------------------------------------------------------------
+def _history_filters(request: HttpRequest) -> dict[str, str]:
+    """The history page's filters from its query (docs/dashboard.md#history); ids are kept as they are."""
+    get = request.GET
+    return {
+        "agent_id": get.get("agent", "").strip(),
+        "tool_name": get.get("tool", "").strip(),
+        "via": get.get("via", "").strip(),
+        "decided_by": get.get("decided_by", "").strip(),
+        "kind": get.get("kind", "").strip(),
+        "thread_id": get.get("thread", ""),
+        "resource_id": get.get("resource", ""),
+        "from_date": get.get("from", "").strip(),
+        "to_date": get.get("to", "").strip(),
+    }
+
+
+def _filtered_history(request: HttpRequest, filters: dict[str, str]) -> Any:
+    """The decisions the filters select, for this reader. A day (``2026-01-10``, what a date field sends)
+    bounds inclusively: from its first moment, to its last; a date-time bounds as it says. Bad dates raise
+    ``AgentRunError`` ``INVALID_DATE``."""
+    bounds: dict[str, Any] = dict(filters)
+    zone = timezone.get_current_timezone()  # the zone the page shows times in
+    for name, moment in (("from_date", time.min), ("to_date", time.max)):
+        if DAY.fullmatch(bounds[name]):
+            try:
+                bounds[name] = datetime.combine(date.fromisoformat(bounds[name]), moment, tzinfo=zone)
+            except ValueError:
+                raise AgentRunError("INVALID_DATE", f"{bounds[name]!r} is not a date.") from None
+    return selectors.history_decisions(hidden=hidden_agent_ids(request.user), **bounds)
+
+
 @require_GET
 @vary_on_headers("HX-Request")
 @viewer_required
 def history(request: HtmxHttpRequest) -> HttpResponse:
-    filters = {
-        "agent_id": request.GET.get("agent", "").strip(),
-        "decided_by": request.GET.get("decided_by", "").strip(),
-        "kind": request.GET.get("kind", "").strip(),
-        "thread_id": request.GET.get("thread", ""),
-        "resource_id": request.GET.get("resource", ""),
-    }
+    filters = _history_filters(request)
     hidden = hidden_agent_ids(request.user)
-    decisions = selectors.history_decisions(hidden=hidden, **filters)
-    page = Paginator(decisions, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    error, status = "", 200
+    try:
+        decisions = _filtered_history(request, filters)
+        page = Paginator(decisions, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    except AgentRunError as exc:  # a date that is no date: say so, list nothing (htmx swaps only a 200)
+        error, status = exc.message, 200 if request.htmx else 400
+        page = Paginator(Decision.objects.none(), HISTORY_PAGE_SIZE).get_page(1)
     query = request.GET.copy()
     query.pop("page", None)
     visible = decision_history(hidden=hidden).order_by()  # the filter menus' values
+    tools = set(visible.values_list("tool_name", flat=True).distinct())
+    tools |= {t for t in visible.values_list("inner_tool_name", flat=True).distinct() if t}
     context = {
         "page": page,
         "filters": filters,
+        "error": error,
         "kinds": Decision.Kind.choices,
+        "vias": Decision.Via.choices,
         "agents": sorted(visible.values_list("agent_id", flat=True).distinct()),
+        "tools": sorted(tools),
         "deciders": sorted(u for u in visible.values_list("decided_by_username", flat=True).distinct() if u),
         "query": query.urlencode(),
     }
-    return _page(request, "approvals/history.html", "decisions", context)
+    return _page(request, "approvals/history.html", "decisions", context, status=status)
+
+
+@require_GET
+@viewer_required
+def history_export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpResponse:
+    """Every decision the history filters select, as CSV or JSON, streamed a batch at a time (any number)."""
+    try:
+        decisions = _filtered_history(request, _history_filters(request))
+    except AgentRunError as exc:
+        return HttpResponse(exc.message, status=400, content_type="text/plain; charset=utf-8")
+    formats = {"csv": (exports.stream_csv, "text/csv; charset=utf-8"), "json": (exports.stream_json, JSON_TYPE)}
+    if fmt not in formats:
+        raise Http404("CSV or JSON")
+    body, content_type = formats[fmt]
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response = StreamingHttpResponse(body(decisions), content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="decisions-{stamp}.{fmt}"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 # --- standing grants ------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Admin: webhook endpoints, the delivery log (with "resend"), preferences, and read-only views of email
-notices and decision links. (Standing grants and the outbox are agentrun's models: ``agentrun.admin``.)"""
+"""Admin: webhook endpoints and Slack destinations, their delivery logs (with "resend"), preferences,
+linked Slack accounts, and read-only views of email notices, decision links and Slack messages.
+(Standing grants and the outbox are agentrun's models: ``agentrun.admin``.)"""
 
 from __future__ import annotations
 
@@ -12,8 +13,18 @@ from django.http import HttpRequest
 
 from agentrun.admin import ScopedAdmin
 from agentrun.core.outbox import EVENT_TYPES
-from notifications import delivery, egress, signatures
-from notifications.models import DecisionLink, EmailNotice, NotificationPreference, WebhookDelivery, WebhookEndpoint
+from notifications import delivery, egress, signatures, slack
+from notifications.models import (
+    DecisionLink,
+    EmailNotice,
+    NotificationPreference,
+    SlackDelivery,
+    SlackDestination,
+    SlackIdentity,
+    SlackMessage,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 
 
 class ReadOnlyAdmin(ScopedAdmin):
@@ -159,3 +170,97 @@ class DecisionLinkAdmin(ReadOnlyAdmin):
     search_fields = ["id", "run_id", "tool_call_id", "user__username"]
     list_select_related = ["user"]
     date_hierarchy = "created_at"
+
+
+# --- Slack (docs/slack.md) ------------------------------------------------------------------------------
+class SlackDestinationForm(forms.ModelForm):
+    bot_token = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Write-only. The app's bot token (xoxb-…). Leave empty to keep the current one.",
+    )
+    agents = forms.CharField(required=False, help_text="Agent ids, comma-separated; empty: all agents.")
+
+    class Meta:
+        model = SlackDestination
+        fields = ["name", "bot_token", "channel", "agents", "active"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial["agents"] = ", ".join(self.instance.agents or [])
+
+    def clean_bot_token(self) -> str | None:
+        token = self.cleaned_data["bot_token"].strip()
+        if not token and not self.instance.sealed_bot_token:
+            raise forms.ValidationError("A new destination needs the app's bot token.")
+        if any(ch.isspace() for ch in token):
+            raise forms.ValidationError("A bot token has no spaces.")
+        return token or None
+
+    def clean_agents(self) -> list[str]:
+        return [a.strip() for a in self.cleaned_data["agents"].split(",") if a.strip()]
+
+
+@admin.register(SlackDestination)
+class SlackDestinationAdmin(admin.ModelAdmin):
+    form = SlackDestinationForm
+    list_display = ["id", "name", "channel", "active", "agents_list", "owner", "created_at"]
+    readonly_fields = ["owner"]
+    list_filter = ["active"]
+    search_fields = ["id", "name", "channel"]
+
+    def save_model(self, request: HttpRequest, obj: SlackDestination, form: SlackDestinationForm, change: bool) -> None:
+        token = form.cleaned_data.get("bot_token")
+        if token is not None:
+            obj.bot_token = token
+        obj.owner = request.user  # it shows what the person who last set it up may see
+        super().save_model(request, obj, form, change)
+
+    @admin.display(description="agents")
+    def agents_list(self, obj: SlackDestination) -> str:
+        return ", ".join(obj.agents) or "all"
+
+
+@admin.action(description="Resend selected Slack deliveries now", permissions=["resend"])
+def resend_slack_deliveries(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    count = slack.resend(list(queryset.values_list("id", flat=True)))
+    messages.success(request, f"Resending {count} Slack deliver{'y' if count == 1 else 'ies'}.")
+
+
+@admin.register(SlackDelivery)
+class SlackDeliveryAdmin(ReadOnlyAdmin):
+    """The Slack delivery log: posts, updates and answers to clicks, with status and attempts."""
+
+    agent_fields = ("message__agent_id",)
+    list_display = ["id", "message", "action", "status", "attempts", "response_status", "last_error", "next_attempt_at"]
+    list_filter = ["status", "action"]
+    search_fields = ["id", "message__id", "message__run_id"]
+    list_select_related = ["message"]
+    date_hierarchy = "created_at"
+    exclude = ["url", "body"]  # a response_url is a credential for a while; the body is rebuilt anyway
+    actions = [resend_slack_deliveries]
+
+    def has_resend_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("notifications.change_slackdelivery")
+
+
+@admin.register(SlackMessage)
+class SlackMessageAdmin(ReadOnlyAdmin):
+    list_display = ["id", "destination", "agent_id", "run_id", "tool_call_id", "suspension", "ts", "created_at"]
+    search_fields = ["id", "run_id", "tool_call_id"]
+    list_select_related = ["destination"]
+
+
+@admin.register(SlackIdentity)
+class SlackIdentityAdmin(admin.ModelAdmin):
+    """Linked Slack accounts: deleting one unlinks it (its Slack user decides nothing until linked again)."""
+
+    list_display = ["team_id", "slack_user_id", "user", "linked_at"]
+    search_fields = ["team_id", "slack_user_id", "user__username"]
+    raw_id_fields = ["user"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # linked by the person, with their code: never on their behalf
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -35,8 +35,8 @@ from django.utils import timezone
 
 from agentrun.core import access, metrics, retention, secretbox
 from agentrun.core.models import OutboxEvent
-from notifications import egress, emails, payloads, signatures
-from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
+from notifications import egress, emails, payloads, signatures, slack
+from notifications.models import EmailNotice, SlackDelivery, SlackDestination, WebhookDelivery, WebhookEndpoint
 
 logger = logging.getLogger("agentrun.notifications")
 
@@ -82,11 +82,15 @@ def take_event(event_id: str) -> bool:
             [WebhookDelivery(endpoint=e, event=event, next_attempt_at=now) for e in endpoints], ignore_conflicts=True
         )
         emails.create_notices(event)
+        # Slack messages posted or updated (docs/slack.md)
+        slack_deliveries = slack.create_deliveries(event, destinations=notifier.has_slack_destinations())
         event.handled_at = now
         event.save(update_fields=["handled_at"])
         # One task each: an endpoint that hangs holds its own task, not the others'.
         for delivery_id in WebhookDelivery.objects.filter(event_id=event_id).values_list("id", flat=True):
             attempt_delivery.enqueue(delivery_id)
+        for delivery_id in slack_deliveries:
+            slack.attempt_slack.enqueue(delivery_id)
         for notice_id, user_id, digest, due in EmailNotice.objects.filter(
             event_id=event_id, sent_at__isnull=True
         ).values_list("id", "user_id", "digest", "next_attempt_at"):
@@ -253,6 +257,8 @@ def sweep() -> None:
     due = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=overdue)
     for delivery_id in due.order_by("next_attempt_at").values_list("id", flat=True)[:SWEEP_BATCH]:
         attempt_delivery.enqueue(delivery_id)
+    for delivery_id in slack.overdue(overdue, SWEEP_BATCH):
+        slack.attempt_slack.enqueue(delivery_id)
     notices = EmailNotice.objects.filter(sent_at__isnull=True, digest=False, next_attempt_at__lte=overdue)
     for notice_id in notices.order_by("next_attempt_at").values_list("id", flat=True)[:SWEEP_BATCH]:
         send_notice.enqueue(notice_id)
@@ -265,28 +271,39 @@ def sweep() -> None:
 class Notifier:
     """``agentrun.core.outbox``'s listener (registered by ``NotificationsConfig.ready``).
 
-    ``wants`` answers from an in-memory view of who subscribes (active endpoints; whether anyone may
-    get email), read again every ``AGENTRUN_EVENTS_REFRESH_SECONDS`` and at once after a change made
+    ``wants`` answers from an in-memory view of who subscribes (active endpoints and Slack destinations;
+    whether anyone may get email), read again every ``AGENTRUN_EVENTS_REFRESH_SECONDS`` and at once after a change made
     in this process (signals): a state change nobody subscribes to writes no event.
     """
 
     def __init__(self) -> None:
-        self._view: tuple[list[WebhookEndpoint], bool] | None = None
+        self._view: tuple[list[WebhookEndpoint], bool, list[SlackDestination]] | None = None
         self._read_at = 0.0
 
     def invalidate(self, **_: Any) -> None:
         self._view = None
 
-    def _current(self) -> tuple[list[WebhookEndpoint], bool]:
+    def _current(self) -> tuple[list[WebhookEndpoint], bool, list[SlackDestination]]:
         view = self._view
         if view is None or time.monotonic() - self._read_at > settings.AGENTRUN_EVENTS_REFRESH_SECONDS:
-            view = (list(WebhookEndpoint.objects.filter(active=True)), emails.email_possible())
+            view = (
+                list(WebhookEndpoint.objects.filter(active=True)),
+                emails.email_possible(),
+                list(SlackDestination.objects.filter(active=True)),
+            )
             self._view, self._read_at = view, time.monotonic()
         return view
 
     def wants(self, type_: str, agent_id: str) -> bool:
-        endpoints, email = self._current()
-        return (email and type_ in emails.EMAIL_EVENTS) or any(e.subscribes(type_, agent_id) for e in endpoints)
+        endpoints, email, destinations = self._current()
+        return (
+            (email and type_ in emails.EMAIL_EVENTS)
+            or any(e.subscribes(type_, agent_id) for e in endpoints)
+            or slack.any_destination(destinations, type_, agent_id)
+        )
+
+    def has_slack_destinations(self) -> bool:
+        return bool(self._current()[2])
 
     def recorded(self, event_id: str) -> None:
         handle_event.enqueue(event_id)
@@ -300,7 +317,8 @@ notifier = Notifier()
 
 # --- retention (agentrun.core.retention) -----------------------------------------------------------
 def retention_kinds() -> list[retention.Kind]:
-    """Finished deliveries and sent notices, oldest first; pruned before the events they belong to."""
+    """Finished deliveries (webhooks, Slack) and sent notices, oldest first; pruned before the events they
+    belong to."""
     return [
         retention.Kind(
             "webhook deliveries",
@@ -308,6 +326,17 @@ def retention_kinds() -> list[retention.Kind]:
             "deliveries",
             lambda cutoff: (
                 WebhookDelivery.objects.exclude(status=WebhookDelivery.Status.PENDING)
+                .filter(created_at__lt=cutoff)
+                .order_by("created_at")
+            ),
+            rank=40,
+        ),
+        retention.Kind(
+            "Slack deliveries",  # kept as long as webhook deliveries
+            "AGENTRUN_RETAIN_DELIVERIES_DAYS",
+            "deliveries",
+            lambda cutoff: (
+                SlackDelivery.objects.exclude(status=SlackDelivery.Status.PENDING)
                 .filter(created_at__lt=cutoff)
                 .order_by("created_at")
             ),

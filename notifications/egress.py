@@ -37,11 +37,14 @@ class BlockedAddress(OSError):
     """The host is, or resolves to, an address webhooks may not reach."""
 
 
-def address_problem(address: IPAddress) -> str | None:
-    """Why a delivery may not connect to ``address`` ("a loopback address", …), or None."""
+def address_problem(address: IPAddress, *, allow_private: bool | None = None) -> str | None:
+    """Why a delivery may not connect to ``address`` ("a loopback address", …), or None.
+    ``allow_private``: None follows ``AGENTRUN_WEBHOOK_ALLOW_PRIVATE``; True for a host the operator
+    configured (Slack's Web API base, docs/slack.md), never chosen by a user."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-    allow_private = settings.AGENTRUN_WEBHOOK_ALLOW_PRIVATE
+    if allow_private is None:
+        allow_private = settings.AGENTRUN_WEBHOOK_ALLOW_PRIVATE
     if address.is_unspecified:
         return "an unspecified address"
     if address.is_loopback:
@@ -67,11 +70,11 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     return list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos))
 
 
-def vetted(host: str, port: int) -> list[IPAddress]:
+def vetted(host: str, port: int, *, allow_private: bool | None = None) -> list[IPAddress]:
     """The addresses to connect to: ``host`` resolved once, all of them allowed (``BlockedAddress`` if not)."""
     addresses = resolve(host, port)
     for address in addresses:
-        if problem := address_problem(address):
+        if problem := address_problem(address, allow_private=allow_private):
             raise BlockedAddress(f"{host} resolves to {address}, {problem}")
     return addresses
 
@@ -101,10 +104,12 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def _connect(host: str, port: int, timeout: float | None, source_address: Any = None) -> socket.socket:
+def _connect(
+    host: str, port: int, timeout: float | None, source_address: Any = None, allow_private: bool | None = None
+) -> socket.socket:
     """``socket.create_connection`` to the vetted addresses of ``host``, never to a second lookup's."""
     last: OSError | None = None
-    for address in vetted(host, port):
+    for address in vetted(host, port, allow_private=allow_private):
         try:
             return socket.create_connection((str(address), port), timeout, source_address)
         except OSError as exc:
@@ -113,15 +118,19 @@ def _connect(host: str, port: int, timeout: float | None, source_address: Any = 
 
 
 class _VettedHTTPConnection(http.client.HTTPConnection):
+    allow_private: bool | None = None
+
     def connect(self) -> None:
-        self.sock = _connect(self.host, self.port, self.timeout, self.source_address)
+        self.sock = _connect(self.host, self.port, self.timeout, self.source_address, self.allow_private)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class _VettedHTTPSConnection(http.client.HTTPSConnection):
+    allow_private: bool | None = None
+
     def connect(self) -> None:
         # TLS on the vetted socket: the certificate is checked against the URL's host name (SNI too).
-        sock = _connect(self.host, self.port, self.timeout, self.source_address)
+        sock = _connect(self.host, self.port, self.timeout, self.source_address, self.allow_private)
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
 
 
@@ -129,10 +138,20 @@ class _VettedHTTPSConnection(http.client.HTTPSConnection):
 class Outcome:
     status: int | None  # the HTTP status, when something answered in HTTP
     error: str | None  # None: delivered (2xx); else a generic reason, never the other side's text
+    body: bytes = b""  # the answer's first ``read_limit`` bytes, when asked for (Slack's Web API answers in JSON)
 
 
-def post(url: str, body: bytes, headers: dict[str, str], *, timeout: float) -> Outcome:
-    """POST ``body`` to ``url`` through a vetted connection; a 2xx delivers, anything else is a reason."""
+def post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    timeout: float,
+    read_limit: int = 0,
+    allow_private: bool | None = None,
+) -> Outcome:
+    """POST ``body`` to ``url`` through a vetted connection; a 2xx delivers, anything else is a reason.
+    ``read_limit``: keep that much of the answer's body; ``allow_private``: as ``address_problem``."""
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if parts.scheme == "https":
@@ -141,9 +160,14 @@ def post(url: str, body: bytes, headers: dict[str, str], *, timeout: float) -> O
         )
     else:
         connection = _VettedHTTPConnection(parts.hostname, _port(parts), timeout=timeout)
+    connection.allow_private = allow_private
+    answer = b""
     try:
         connection.request("POST", path, body=body, headers=headers)
-        status = connection.getresponse().status
+        response = connection.getresponse()
+        status = response.status
+        if read_limit:
+            answer = response.read(read_limit)
     except BlockedAddress:
         return Outcome(None, "blocked address")
     except TimeoutError:  # socket.timeout is TimeoutError
@@ -160,4 +184,4 @@ def post(url: str, body: bytes, headers: dict[str, str], *, timeout: float) -> O
         return Outcome(None, "connection failed")
     finally:
         connection.close()
-    return Outcome(status, None if 200 <= status < 300 else f"HTTP {status}")
+    return Outcome(status, None if 200 <= status < 300 else f"HTTP {status}", answer)

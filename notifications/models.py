@@ -214,3 +214,187 @@ class DecisionLink(models.Model):
     @property
     def expired(self) -> bool:
         return self.expires_at <= timezone.now()
+
+
+# --- Slack (docs/slack.md) ------------------------------------------------------------------------
+def _slack_destination_id() -> str:
+    return new_id("sld")
+
+
+def _slack_message_id() -> str:
+    return new_id("slm")
+
+
+def _slack_delivery_id() -> str:
+    return new_id("sldv")
+
+
+class SlackDestination(models.Model):
+    """A Slack channel that gets an interactive message per waiting call, posted with a bot token.
+
+    ``bot_token`` reads and writes the plaintext; the table holds it encrypted (``sealed_bot_token``).
+    ``owner``: who last created or changed it; like a webhook endpoint, it gets only the calls of agents
+    its owner may view (docs/slack.md, "Security"); no owner, no messages.
+    """
+
+    id = models.CharField(primary_key=True, max_length=40, default=_slack_destination_id, editable=False)
+    name = models.CharField(max_length=200)
+    sealed_bot_token = models.TextField()
+    channel = models.CharField(max_length=80, help_text="The channel's id (C0123ABCD) or #name.")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    agents = models.JSONField(default=list, blank=True)  # agent ids; empty: all
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} → {self.channel}"
+
+    @property
+    def bot_token(self) -> str:
+        return secretbox.unseal(self.sealed_bot_token)
+
+    @bot_token.setter
+    def bot_token(self, plaintext: str) -> None:
+        self.sealed_bot_token = secretbox.seal(plaintext)
+
+    def subscribes(self, agent_id: str) -> bool:
+        return self.active and (not self.agents or agent_id in self.agents)
+
+    def to_dict(self) -> dict:
+        """``{id, name, botToken (write-only), channel, agents, active}`` (+ createdAt):
+        docs/api.md#slack-destinations."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "channel": self.channel,
+            "agents": list(self.agents),
+            "active": self.active,
+            "createdAt": iso(self.created_at),
+        }
+
+
+class SlackMessage(models.Model):
+    """One waiting call (one suspension of it, on the arguments the event showed) posted to one destination.
+
+    Its buttons carry a signed reference to this row (``notifications.slack.button_value``): a click
+    decides exactly this call, this suspension and these arguments, or nothing. ``ts``/``channel_id``
+    are Slack's coordinates of the posted message (``chat.update`` needs them)."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_slack_message_id, editable=False)
+    destination = models.ForeignKey(SlackDestination, on_delete=models.CASCADE, related_name="messages")
+    event = models.ForeignKey(OutboxEvent, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    agent_id = models.CharField(max_length=128)
+    run_id = models.CharField(max_length=40)
+    thread_id = models.CharField(max_length=255)
+    tool_call_id = models.CharField(max_length=128)
+    suspension = models.PositiveIntegerField(default=0)
+    args_fingerprint = models.CharField(max_length=64)
+    # What the message shows of the call: the listing item of the event (tool, args, risk, reason, subAgent).
+    call = models.JSONField()
+    channel_id = models.CharField(max_length=80, null=True, blank=True)
+    ts = models.CharField(max_length=40, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["destination", "run_id", "tool_call_id", "suspension"], name="one_slack_message_per_call"
+            )
+        ]
+        indexes = [
+            # Serves "the messages showing this call" (updates after a decision, a run's end).
+            models.Index(fields=["run_id", "tool_call_id"], name="slack_message_call"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_call_id} in {self.destination_id}"
+
+
+class SlackDelivery(models.Model):
+    """One call of Slack's Web API or of a click's ``response_url``: attempted until Slack says ok, with
+    exponential backoff, like a webhook delivery. The delivery log of the Slack destinations."""
+
+    class Action(models.TextChoices):
+        POST = "post"  # chat.postMessage: the message about a waiting call
+        UPDATE = "update"  # chat.update: the message shows what became of the call
+        RESPOND = "respond"  # the answer to a click, to its response_url
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    id = models.CharField(primary_key=True, max_length=40, default=_slack_delivery_id, editable=False)
+    message = models.ForeignKey(SlackMessage, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.ForeignKey(OutboxEvent, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    # respond only: where to (a response_url that passed docs/slack.md's host rule) and what.
+    url = models.URLField(max_length=2000, null=True, blank=True)
+    body = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name_plural = "Slack deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["message", "event", "action"],
+                condition=Q(event__isnull=False),
+                name="one_slack_delivery_per_message_event",
+            )
+        ]
+        indexes = [
+            # Serves the sweep's due Slack deliveries (pending, next_attempt_at ≤ now).
+            models.Index(fields=["next_attempt_at"], name="slack_delivery_due", condition=Q(status="pending")),
+            # Serves the retention's pruning of finished Slack deliveries, oldest first.
+            models.Index(fields=["created_at"], name="slack_delivery_finished", condition=~Q(status="pending")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.message_id}"
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "messageId": self.message_id,
+            "eventId": self.event_id,
+            "action": self.action,
+            "status": self.status,
+            "attempts": self.attempts,
+            "responseStatus": self.response_status,
+            "nextAttemptAt": iso(self.next_attempt_at) if self.status == self.Status.PENDING else None,
+            "lastAttemptAt": iso(self.last_attempt_at),
+            "lastError": self.last_error,
+            "createdAt": iso(self.created_at),
+        }
+
+
+class SlackIdentity(models.Model):
+    """A Slack user (of one workspace) linked to an agentrun user, by a link code they typed into
+    ``/agentrun link`` (docs/slack.md, "Linking"). Only a linked Slack user decides from Slack, as that user."""
+
+    team_id = models.CharField(max_length=32)
+    slack_user_id = models.CharField(max_length=32)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_identities")
+    linked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["linked_at", "id"]
+        verbose_name_plural = "Slack identities"
+        constraints = [models.UniqueConstraint(fields=["team_id", "slack_user_id"], name="one_account_per_slack_user")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.slack_user_id} → {self.user_id}"

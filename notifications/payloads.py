@@ -34,9 +34,12 @@ def body(endpoint: WebhookEndpoint, event: OutboxEvent) -> bytes:
 AUTOMATIC = {"policy": "a policy", "system": "the system"}
 
 
-def _escape(text: object) -> str:
+def escape(text: object) -> str:
     """Slack mrkdwn: &, < and > are control characters; everything else is text."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_escape = escape
 
 
 def _args(args: object, limit: int = 300) -> str:

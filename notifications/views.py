@@ -4,7 +4,8 @@
   decides nothing; POST approves or declines it once, as the link's reviewer. A link that cannot
   decide any more says why: used (410), expired (410), the call no longer waits (409, and who decided
   it), sent to someone else than the signed-in user (403), not a link at all (404).
-- ``settings/``: the signed-in user's email preference.
+- ``settings/``: the signed-in user's email preference, their Slack link code and linked Slack
+  accounts (docs/slack.md, "Linking").
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Run
 from agentrun.engine.decisions import decision_for_call
 from approvals.public import open_call_views, thread_path
-from notifications import links
-from notifications.models import DecisionLink, NotificationPreference
+from notifications import links, slack
+from notifications.models import DecisionLink, NotificationPreference, SlackIdentity
 
 ALREADY_DECIDED_CODES = {"TOOL_CALL_ALREADY_DECIDED", "RUN_NOT_SUSPENDED", "RUN_NOT_FOUND", "TOOL_CALL_NOT_SUSPENDED"}
 LINK_STATUS = {"open": 200, "done": 200, "used": 410, "expired": 410, "closed": 409, "forbidden": 403, "invalid": 404}
@@ -88,19 +89,34 @@ def _link_page(
     return render(request, "notifications/link.html", context, status=status or LINK_STATUS[state])
 
 
-# --- email preference ---------------------------------------------------------------------------
+# --- email preference, Slack ---------------------------------------------------------------------
+def _settings_context(request: HttpRequest, current: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "choices": NotificationPreference.Email.choices,
+        "current": current,
+        # A fresh code at every visit: signed, it works for ten minutes, once (docs/slack.md).
+        "slack_code": slack.link_code(request.user),
+        "slack_identities": SlackIdentity.objects.filter(user=request.user),
+        **extra,
+    }
+
+
+@never_cache  # it shows a fresh Slack link code: never from a cache
 @login_required
 @require_http_methods(["GET", "POST"])
 def notification_settings(request: HttpRequest) -> HttpResponse:
     preference = NotificationPreference.objects.filter(user=request.user).first()
     current = preference.email if preference else NotificationPreference.Email.IMMEDIATELY
+    if request.method == "POST" and "unlink_slack" in request.POST:
+        SlackIdentity.objects.filter(user=request.user, pk=request.POST.get("unlink_slack") or None).delete()
+        messages.success(request, "Slack account unlinked.")
+        return redirect("notifications:settings")
     if request.method == "POST":
         choice = request.POST.get("email", "")
         if choice not in NotificationPreference.Email.values:
-            context = {"choices": NotificationPreference.Email.choices, "current": current, "error": "Choose one."}
+            context = _settings_context(request, current, error="Choose one.")
             return render(request, "notifications/settings.html", context, status=400)
         NotificationPreference.objects.update_or_create(user=request.user, defaults={"email": choice})
         messages.success(request, "Saved.")
         return redirect("notifications:settings")
-    context = {"choices": NotificationPreference.Email.choices, "current": current}
-    return render(request, "notifications/settings.html", context)
+    return render(request, "notifications/settings.html", _settings_context(request, current))

@@ -38,7 +38,13 @@ def drop_slash_aliases(endpoints: list[tuple], **kwargs: Any) -> list[tuple]:
         key = (path.rstrip("/"), method)
         canonical = seen.get(key)
         # The contract spells collections of the root with a slash (/api/agents/) and the rest without.
-        prefer_slash = path.rstrip("/") in {"/api/agents", "/api/schema", "/api/docs", "/api/webhook-endpoints"}
+        prefer_slash = path.rstrip("/") in {
+            "/api/agents",
+            "/api/schema",
+            "/api/docs",
+            "/api/webhook-endpoints",
+            "/api/slack-destinations",
+        }
         if canonical is None or (path.endswith("/") == prefer_slash):
             seen[key] = endpoint
     return list(seen.values())

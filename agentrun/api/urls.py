@@ -27,6 +27,7 @@ urlpatterns = [
     *both("agents/<str:agentId>/stream", views.AgentStreamView.as_view(), "agent-stream"),
     *both("agents/<str:agentId>/generate", views.AgentGenerateView.as_view(), "agent-generate"),
     *both("agents/<str:agentId>/suspended-runs", views.SuspendedRunsView.as_view(), "suspended-runs"),
+    *both("suspended-runs", views.AllSuspendedRunsView.as_view(), "all-suspended-runs"),
     *both("agents/<str:agentId>/runs/<str:runId>/approve", views.ApproveView.as_view(), "approve"),
     *both("agents/<str:agentId>/runs/<str:runId>/decline", views.DeclineView.as_view(), "decline"),
     *both("agents/<str:agentId>/runs/<str:runId>/resume", views.ResumeView.as_view(), "resume"),

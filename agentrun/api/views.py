@@ -142,39 +142,70 @@ async def _generate(agent: Agent, kwargs: dict) -> dict:
     return await generate_result(stream)
 
 
+LISTING_PARAMS = [
+    _param("threadId", "only runs of this thread"),
+    _param("resourceId", "only runs of this resource"),
+    _param("fromDate", "createdAt ≥ this ISO 8601 date-time", OpenApiTypes.DATETIME),
+    _param("toDate", "createdAt ≤ this ISO 8601 date-time", OpenApiTypes.DATETIME),
+    _param("perPage", "1..1000; pages only when page is given too", int),
+    _param("page", "≥ 0, zero-based; pages only when perPage is given too", int),
+]
+
+
+def listing_response(
+    request: Request, agents: dict[str, Any], *, with_claims: bool = False
+) -> Response | StreamingHttpResponse:
+    """The listing contract's answer for ``agents`` (``agent_id`` or ``agent_ids``): one path for the
+    per-agent route and ``GET /api/suspended-runs``, so both filter, order, page and count alike."""
+    q = request.query_params
+    filters = {
+        **agents,
+        "thread_id": q.get("threadId") or None,
+        "resource_id": q.get("resourceId") or None,
+        "from_date": q.get("fromDate"),
+        "to_date": q.get("toDate"),
+        "with_claims": with_claims,  # /api/suspended-runs: who is on each call (docs/api.md#claims)
+    }
+    per_page, page = q.get("perPage"), q.get("page")
+    if per_page and page:
+        return Response(list_suspended_runs(**filters, per_page=per_page, page=page).to_dict())
+    # Unpaged: every match. One batch or less: a plain answer; more: streamed, batch by batch.
+    stream = stream_suspended_runs(**filters, per_page=per_page, page=page)
+    first = stream.next_batch()
+    if stream.done:
+        return Response({"runs": [run.to_dict() for run in first], "total": len(first)})
+    return StreamingHttpResponse(StreamedListing(first, stream), content_type=JSON)
+
+
 class SuspendedRunsView(ApiView):
     @extend_schema(
         operation_id="agents_suspended_runs",
         tags=["agents"],
-        parameters=[
-            _param("threadId", "only runs of this thread"),
-            _param("resourceId", "only runs of this resource"),
-            _param("fromDate", "createdAt ≥ this ISO 8601 date-time", OpenApiTypes.DATETIME),
-            _param("toDate", "createdAt ≤ this ISO 8601 date-time", OpenApiTypes.DATETIME),
-            _param("perPage", "1..1000; pages only when page is given too", int),
-            _param("page", "≥ 0, zero-based; pages only when perPage is given too", int),
-        ],
+        parameters=LISTING_PARAMS,
         responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request, agentId: str) -> Response | StreamingHttpResponse:  # noqa: N803
         agent = agent_or_404(agentId, request.user)
-        q = request.query_params
-        filters = {
-            "agent_id": agent.id,
-            "thread_id": q.get("threadId") or None,
-            "resource_id": q.get("resourceId") or None,
-            "from_date": q.get("fromDate"),
-            "to_date": q.get("toDate"),
-        }
-        per_page, page = q.get("perPage"), q.get("page")
-        if per_page and page:
-            return Response(list_suspended_runs(**filters, per_page=per_page, page=page).to_dict())
-        # Unpaged: every match. One batch or less: a plain answer; more: streamed, batch by batch.
-        stream = stream_suspended_runs(**filters, per_page=per_page, page=page)
-        first = stream.next_batch()
-        if stream.done:
-            return Response({"runs": [run.to_dict() for run in first], "total": len(first)})
-        return StreamingHttpResponse(StreamedListing(first, stream), content_type=JSON)
+        return listing_response(request, {"agent_id": agent.id})
+
+
+class AllSuspendedRunsView(ApiView):
+    """docs/api.md#across-agents: the listing over every registered agent the caller may see."""
+
+    @extend_schema(
+        operation_id="suspended_runs",
+        tags=["agents"],
+        parameters=[_param("agentId", "only runs of this agent (404 AGENT_NOT_FOUND when hidden)"), *LISTING_PARAMS],
+        responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
+    )
+    def get(self, request: Request) -> Response | StreamingHttpResponse:
+        if agent_id := request.query_params.get("agentId"):
+            agent = agent_or_404(agent_id, request.user)
+            return listing_response(request, {"agent_id": agent.id}, with_claims=True)
+        visible = access.visible_agent_ids(request.user, [agent.id for agent in all_agents()])
+        if not visible:
+            raise AgentRunError("PERMISSION_DENIED", "You may view no agent.")
+        return listing_response(request, {"agent_ids": visible}, with_claims=True)
 
 
 class StreamedListing:

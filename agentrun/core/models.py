@@ -274,6 +274,9 @@ class Snapshot(models.Model):
             models.Index(fields=["agent_id", "-created_at", "-run"], name="snapshot_agent_created"),
             models.Index(fields=["agent_id", "thread_id", "-created_at", "-run"], name="snapshot_agent_thread"),
             models.Index(fields=["agent_id", "resource_id", "-created_at", "-run"], name="snapshot_agent_resource"),
+            # Serves the listing across agents (GET /api/suspended-runs): WHERE agent_id IN (…) ORDER BY
+            # created_at DESC, run_id DESC LIMIT n reads it in order, filtering on the agent, and stops.
+            models.Index(fields=["-created_at", "-run"], name="snapshot_created"),
             # Serves the sweep's expiry query (decisions.expire_due_runs): waiting runs with a TTL only.
             models.Index(fields=["expires_at"], name="snapshot_expiry", condition=Q(expires_at__isnull=False)),
             # Serves the listing total's correction: the agent's snapshots past their time to live that the
@@ -438,6 +441,7 @@ class Decision(models.Model):
         SYSTEM = "system"
         LINK = "link"  # a signed decision link
         POLICY = "policy"  # a standing grant or a timeout policy
+        SLACK = "slack"  # a button (or a modal) of an interactive Slack message (docs/slack.md)
 
     id = models.CharField(primary_key=True, max_length=40, default=_decision_id, editable=False)
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="decisions")
@@ -459,9 +463,10 @@ class Decision(models.Model):
     via = models.CharField(max_length=16, choices=Via.choices)
     decided_at = models.DateTimeField(default=timezone.now)
     # What made an automatic decision (``via`` policy): ``{"policy": "grant", "grantId", …}`` or
-    # ``{"policy": "timeout", "onTimeout", …}``. A person's decision made while someone else held a live
-    # claim on the call: ``{"claim": {"claimedBy", "claimedAt"}}`` (docs/dashboard.md#shared-work).
-    # Null otherwise, and for expiry.
+    # ``{"policy": "timeout", "onTimeout", …}``; a person's decision from Slack: ``{"slack": {"userId",
+    # "teamId"}}`` (docs/slack.md). A person's decision made while someone else held a live claim on the
+    # call: ``{"claim": {"claimedBy", "claimedAt"}}`` (docs/dashboard.md#shared-work). Null otherwise, and
+    # for expiry.
     details = models.JSONField(null=True, blank=True)
     # The risk the decided call carried when it was decided (its ``SuspendedToolCall.risk``: for a
     # sub-agent's call surfaced on its supervisor, the inner call's). Kept, not derived from the tool's

@@ -122,7 +122,7 @@ class Decider:
     """Who or what decides. Trust is said, never inferred from a type:
 
     - ``Decider.person(user, via=…)``: a person at a door (REST, the dashboard, a link, a socket, the
-      admin, or Python on a person's behalf). Their permission and agent scope are checked, and a
+      admin, a Slack message, or Python on a person's behalf). Their permission and agent scope are checked, and a
       high-risk approval needs proof of sight (the ``argsFingerprint`` of what they saw) unless ``via``
       is ``python``.
     - ``Decider.policy(details)``: a standing grant or a timeout policy (``via`` policy).
@@ -137,9 +137,13 @@ class Decider:
     details: Mapping[str, Any] | None = field(default=None)
 
     @classmethod
-    def person(cls, user: AbstractBaseUser | AnonymousUser, *, via: str) -> Decider:
-        """A person at a door. An anonymous user may be named: every check refuses them."""
-        return cls(kind="person", via=via, user=user)
+    def person(
+        cls, user: AbstractBaseUser | AnonymousUser, *, via: str, details: Mapping[str, Any] | None = None
+    ) -> Decider:
+        """A person at a door. An anonymous user may be named: every check refuses them. ``details``:
+        what the door knows of them besides their account (Slack: ``{"slack": {"userId", "teamId"}}``),
+        recorded on the decision."""
+        return cls(kind="person", via=via, user=user, details=dict(details) if details is not None else None)
 
     @classmethod
     def policy(cls, details: Mapping[str, Any]) -> Decider:

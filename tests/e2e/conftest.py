@@ -48,6 +48,7 @@ PASSWORD = "correct-horse-e2e"
 E2E_DIR.mkdir(parents=True, exist_ok=True)
 DATABASE_URL = os.environ.get("E2E_DATABASE_URL") or f"sqlite:///{E2E_DIR / 'e2e.sqlite3'}"
 REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/9"
+SLACK_SIGNING_SECRET = "e2e-slack-signing-secret"  # tests/e2e/test_slack.py signs Slack's requests with it
 SERVER_ENV = {
     **os.environ,
     "DEBUG": "1",
@@ -55,6 +56,7 @@ SERVER_ENV = {
     "REDIS_URL": REDIS_URL,
     "AGENTRUN_DATA_DIR": str(E2E_DIR),
     "AGENTRUN_LOG_LEVEL": "WARNING",
+    "AGENTRUN_SLACK_SIGNING_SECRET": SLACK_SIGNING_SECRET,
     "PYTHONPATH": str(ROOT),
 }
 # This process touches the ORM between Playwright's (greenlet-driven) calls.

@@ -4,7 +4,7 @@ A person's approval is the gate in front of a risky action; the gate's rules liv
 service (``agentrun.engine.service.decide`` → ``decisions.record_decisions``), and each door only
 translates its input into one ``DecisionCommand``. This file walks each door — in-process Python, REST
 (native), the Mastra prefix, the batch route, the ``ws/agents`` socket, the dashboard card, the admin
-action, a signed link, a standing grant, a timeout policy — through each rule:
+action, a signed link, a Slack message's buttons, a standing grant, a timeout policy — through each rule:
 
 - strict bodies: a key a JSON body does not declare is refused, never ignored;
 - proof of sight: approving a high-risk call needs the fingerprint of what was shown (428);
@@ -44,10 +44,11 @@ from agentrun.core.models import Decision, Run, StandingGrant, SuspendedToolCall
 from agentrun.engine.decisions import shown_fingerprint
 from agentrun.engine.timeouts import apply_due_timeouts
 from agentrun.engine.types import Decider
-from notifications import links
-from notifications.models import DecisionLink
+from notifications import links, slack
+from notifications.models import DecisionLink, SlackDestination, SlackIdentity, SlackMessage
 from tests.api.conftest import wait_rested
-from tests.factories import collect, of_type, rested, start, tool_line
+from tests.factories import collect, of_type, rested, start, tool_line, wait_for_tasks
+from tests.notifications import slack_fake
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,6 +81,21 @@ def vault(settings):
     settings.AGENTRUN_AGENT_REVIEWERS = {AGENT: ["Vault reviewers"]}
     ensure_groups()
     return vault_agent()
+
+
+@pytest.fixture(autouse=True)
+def slack_workspace(settings):
+    """Slack's stand-in (tests/notifications/slack_fake.py) for the Slack door; no Slack task outlives the test."""
+    state, stop = slack_fake.serve()
+    settings.AGENTRUN_SLACK_API_URL = state.base
+    settings.AGENTRUN_SLACK_SIGNING_SECRET = slack_fake.SIGNING_SECRET
+    SLACK[:] = [state]
+    yield state
+    wait_for_tasks()
+    stop()
+
+
+SLACK: list[slack_fake.FakeSlack] = []
 
 
 def person(name: str, *, vault: bool = True) -> User:
@@ -266,6 +282,39 @@ def by_link(user: User, call: Waiting, *, fingerprint: Any = SEEN, extra: dict |
     return Attempt(None if response.status_code == 200 else f"HTTP {response.status_code}")
 
 
+def by_slack(user: User, call: Waiting, *, fingerprint: Any = SEEN, extra: dict | None = None) -> Attempt:
+    """The message posted about the call (bound to what it showed), its Approve button clicked by the
+    person's linked Slack account — and, for a high-risk call, the confirmation modal submitted. The
+    message always carries what it showed: ``fingerprint`` is the one it binds (the call's at the time)."""
+    fake = SLACK[0]
+    owner = User.objects.filter(is_superuser=True).first() or User.objects.create_superuser("slack-owner")
+    place = SlackDestination.objects.first()
+    if place is None:
+        place = SlackDestination(name="reviews", channel="C0REVIEWS", owner=owner)
+        place.bot_token = "xoxb-door"
+        place.save()
+    [message] = slack.show([SuspendedToolCall.objects.select_related("run").get(pk=call.call.pk)], [place])
+    if fingerprint is not SEEN:  # posted when the call showed other arguments
+        SlackMessage.objects.filter(pk=message.pk).update(args_fingerprint=fingerprint or "")
+        message.refresh_from_db()
+    slack_user = f"U{user.pk:06d}"
+    SlackIdentity.objects.get_or_create(team_id=slack_fake.TEAM, slack_user_id=slack_user, defaults={"user": user})
+    before = Decision.objects.filter(decided_by=user, via="slack").count()
+    opened = len(fake.of("views.open"))
+    value = slack.button_value(message)
+    answer = slack_fake.interact(slack_fake.click(value, slack.APPROVE, slack_user, response_url=fake.response_url()))
+    said = ""
+    if len(fake.of("views.open")) > opened:  # high risk: confirm in the modal that shows every argument
+        view = fake.of("views.open")[-1].body["view"]
+        submitted = slack_fake.interact(slack_fake.submission(view, slack_user))
+        said = submitted.content.decode()
+    elif answer.status_code != 200:
+        return Attempt(f"HTTP {answer.status_code}")
+    if Decision.objects.filter(decided_by=user, via="slack").count() > before:
+        return Attempt(None)
+    return Attempt(f"refused {said}".strip())
+
+
 def _token(link: str) -> str:
     return urlsplit(link).path.rstrip("/").rsplit("/", 1)[-1]
 
@@ -279,6 +328,7 @@ PERSON_DOORS: dict[str, Callable[..., Attempt]] = {
     "dashboard": by_dashboard,
     "admin": by_admin,
     "link": by_link,
+    "slack": by_slack,
 }
 
 # Every way a decision is recorded (its ``via``), and the doors that record it. Grants and timeout
@@ -289,6 +339,7 @@ DOORS_BY_VIA = {
     "websocket": ["websocket"],
     "dashboard": ["dashboard", "admin"],
     "link": ["link"],
+    "slack": ["slack"],
     "policy": ["grant", "timeout"],
     "system": ["expiry"],
 }
@@ -299,7 +350,7 @@ def test_every_way_a_decision_is_recorded_has_a_door_in_this_file():
 
 
 # --- proof of sight -------------------------------------------------------------------------------
-@pytest.mark.parametrize("door", [d for d in PERSON_DOORS if d not in ("python", "link")])
+@pytest.mark.parametrize("door", [d for d in PERSON_DOORS if d not in ("python", "link", "slack")])
 def test_a_high_risk_approval_without_what_was_seen_decides_nothing(door):
     alice = person("alice")
     call = waiting("wipe", {"target": "prod-db"})
@@ -322,6 +373,11 @@ def test_in_process_python_and_signed_links_carry_what_they_showed():
     link = links.create(alice, link_call.call)
     assert links.resolve(_token(link)).args_fingerprint == link_call.fingerprint
     wait_rested(call.run_id)
+    slack_call = waiting("wipe", {"target": "qa"})
+    assert by_slack(alice, slack_call).code is None  # the confirmation modal showed it: its fingerprint decides
+    decision = Decision.objects.get(run_id=slack_call.run_id)
+    assert (decision.via, decision.args_fingerprint) == ("slack", slack_call.fingerprint)
+    wait_rested(slack_call.run_id)
 
 
 def test_the_rest_status_of_proof_of_sight_is_428():
