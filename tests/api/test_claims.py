@@ -14,12 +14,16 @@ def url(run_id: str, agent: str = "support-agent") -> str:
 
 
 def listing_claim(api, run_id: str) -> dict:
-    from agentrun.core.selectors import list_suspended_runs
-
-    runs = list_suspended_runs(agent_id="support-agent", with_claims=True).runs
-    [run] = [r.to_dict() for r in runs if r.run_id == run_id]
+    """The call's ``claim`` in ``GET /api/suspended-runs`` (paged and not); the per-agent listing keeps
+    the contract's item shape."""
+    found = []
+    for params in ({}, {"perPage": "10", "page": "0"}, {"agentId": "support-agent"}):
+        runs = api.get("/api/suspended-runs", params).json()["runs"]
+        [run] = [r for r in runs if r["runId"] == run_id]
+        found.append(run["toolCalls"][0]["claim"])
+    assert found[0] == found[1] == found[2]
     assert "claim" not in api.get("/api/agents/support-agent/suspended-runs").json()["runs"][0]["toolCalls"][0]
-    return run["toolCalls"][0]["claim"]
+    return found[0]
 
 
 def test_claim_release_and_assign_show_in_the_listing_and_a_decision_records_the_claim(api, reviewer, viewer_api):
