@@ -164,7 +164,7 @@ def listing_response(
         "resource_id": q.get("resourceId") or None,
         "from_date": q.get("fromDate"),
         "to_date": q.get("toDate"),
-        "with_claims": with_claims,  # /api/suspended-runs: who is on each call (docs/api.md#claims)
+        "with_claims": with_claims,  # who is on each call (docs/api.md#claims); the contract's routes: no
     }
     per_page, page = q.get("perPage"), q.get("page")
     if per_page and page:
@@ -201,11 +201,11 @@ class AllSuspendedRunsView(ApiView):
     def get(self, request: Request) -> Response | StreamingHttpResponse:
         if agent_id := request.query_params.get("agentId"):
             agent = agent_or_404(agent_id, request.user)
-            return listing_response(request, {"agent_id": agent.id}, with_claims=True)
+            return listing_response(request, {"agent_id": agent.id})
         visible = access.visible_agent_ids(request.user, [agent.id for agent in all_agents()])
         if not visible:
             raise AgentRunError("PERMISSION_DENIED", "You may view no agent.")
-        return listing_response(request, {"agent_ids": visible}, with_claims=True)
+        return listing_response(request, {"agent_ids": visible})
 
 
 class StreamedListing:

@@ -14,15 +14,18 @@ def url(run_id: str, agent: str = "support-agent") -> str:
 
 
 def listing_claim(api, run_id: str) -> dict:
-    """The call's ``claim`` in ``GET /api/suspended-runs`` (paged and not); the per-agent listing keeps
-    the contract's item shape."""
-    found = []
-    for params in ({}, {"perPage": "10", "page": "0"}, {"agentId": "support-agent"}):
-        runs = api.get("/api/suspended-runs", params).json()["runs"]
-        [run] = [r for r in runs if r["runId"] == run_id]
-        found.append(run["toolCalls"][0]["claim"])
-    assert found[0] == found[1] == found[2]
-    assert "claim" not in api.get("/api/agents/support-agent/suspended-runs").json()["runs"][0]["toolCalls"][0]
+    """The call's ``claim`` as a listing that asks for it reads it; the REST listings keep the
+    contract's item shape (no ``claim``)."""
+    from agentrun.core.selectors import list_suspended_runs, stream_suspended_runs
+
+    paged = list_suspended_runs(agent_id="support-agent", with_claims=True, per_page=10, page=0).runs
+    streamed = stream_suspended_runs(agent_id="support-agent", with_claims=True).next_batch()
+    found = [
+        [r.to_dict() for r in runs if r.run_id == run_id][0]["toolCalls"][0]["claim"] for runs in (paged, streamed)
+    ]
+    assert found[0] == found[1]
+    for url in ("/api/agents/support-agent/suspended-runs", "/api/suspended-runs"):
+        assert "claim" not in api.get(url).json()["runs"][0]["toolCalls"][0]
     return found[0]
 
 
