@@ -161,11 +161,11 @@ def listing_response(
     q = request.query_params
     filters = {
         **agents,
-        "with_claims": with_claims,
         "thread_id": q.get("threadId") or None,
         "resource_id": q.get("resourceId") or None,
         "from_date": q.get("fromDate"),
         "to_date": q.get("toDate"),
+        "with_claims": with_claims,  # who is on each call (docs/api.md#claims); the contract's routes: no
     }
     per_page, page = q.get("perPage"), q.get("page")
     if per_page and page:

@@ -14,12 +14,19 @@ def url(run_id: str, agent: str = "support-agent") -> str:
 
 
 def listing_claim(api, run_id: str) -> dict:
-    from agentrun.core.selectors import list_suspended_runs
+    """The call's ``claim`` as a listing that asks for it reads it; the REST listings keep the
+    contract's item shape (no ``claim``)."""
+    from agentrun.core.selectors import list_suspended_runs, stream_suspended_runs
 
-    runs = list_suspended_runs(agent_id="support-agent", with_claims=True).runs
-    [run] = [r.to_dict() for r in runs if r.run_id == run_id]
-    assert "claim" not in api.get("/api/agents/support-agent/suspended-runs").json()["runs"][0]["toolCalls"][0]
-    return run["toolCalls"][0]["claim"]
+    paged = list_suspended_runs(agent_id="support-agent", with_claims=True, per_page=10, page=0).runs
+    streamed = stream_suspended_runs(agent_id="support-agent", with_claims=True).next_batch()
+    found = [
+        [r.to_dict() for r in runs if r.run_id == run_id][0]["toolCalls"][0]["claim"] for runs in (paged, streamed)
+    ]
+    assert found[0] == found[1]
+    for url in ("/api/agents/support-agent/suspended-runs", "/api/suspended-runs"):
+        assert "claim" not in api.get(url).json()["runs"][0]["toolCalls"][0]
+    return found[0]
 
 
 def test_claim_release_and_assign_show_in_the_listing_and_a_decision_records_the_claim(api, reviewer, viewer_api):
