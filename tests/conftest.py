@@ -12,6 +12,15 @@ import os
 
 import pytest
 
+# The shared fixtures (tests/helpers): users and API clients, runs, notifications' receiver, real processes.
+pytest_plugins = [
+    "tests.helpers.users",
+    "tests.helpers.runs",
+    "tests.helpers.notifications",
+    "tests.helpers.wsgi",
+    "tests.helpers.system",
+]
+
 POSTGRES_SCHEMES = ("postgres://", "postgresql://", "pgsql://", "postgis://")
 
 

@@ -9,7 +9,8 @@ import pytest
 from django.db import connection
 
 from agentrun.core.models import Decision, IdempotencyKey, Message, Run, Snapshot, SuspendedToolCall, ToolEffect
-from tests.api.conftest import ask_run, email_run, refund_run, token_client, two_call_run, wait_rested
+from tests.helpers.runs import ask_run, email_run, refund_run, two_call_run, wait_rested
+from tests.helpers.users import token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

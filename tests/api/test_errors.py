@@ -7,7 +7,7 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from tests.api.conftest import email_run
+from tests.helpers.runs import email_run
 
 ENDPOINTS = [
     ("get", "/api/agents/"),
@@ -59,7 +59,7 @@ def test_a_bad_token_is_401():
 def test_a_user_without_the_groups_is_403(method, path):
     from django.contrib.auth.models import User
 
-    from tests.api.conftest import token_client
+    from tests.helpers.users import token_client
 
     client = token_client(User.objects.create_user("nobody"))
     response = getattr(client, method)(path, {}, format="json") if method == "post" else client.get(path)

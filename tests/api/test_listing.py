@@ -11,8 +11,7 @@ from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.api.conftest import email_run, refund_run
-from tests.factories import set_created_at
+from tests.helpers.runs import email_run, refund_run, set_created_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

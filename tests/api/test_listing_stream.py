@@ -8,7 +8,7 @@ import pytest
 from rest_framework.renderers import JSONRenderer
 
 from agentrun.core import selectors
-from tests.api.conftest import email_run
+from tests.helpers.runs import email_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

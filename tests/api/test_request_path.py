@@ -7,7 +7,8 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.api.conftest import email_run, token_client
+from tests.helpers.runs import email_run
+from tests.helpers.users import token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

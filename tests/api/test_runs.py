@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from agentrun.core.models import Decision, RunStep, args_fingerprint
-from tests.api.conftest import ask_run, email_run, refund_run, wait_rested
+from tests.helpers.runs import ask_run, email_run, refund_run, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

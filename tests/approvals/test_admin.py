@@ -11,15 +11,14 @@ from django.contrib import admin
 from django.urls import reverse
 
 from agentrun.core.models import Decision
-from tests.approvals.conftest import suspend
-from tests.factories import EMAIL
+from tests.helpers.runs import EMAIL, suspend
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def decided_runs(n: int) -> list[Decision]:
     """Decisions made through the engine (the runs are left unfinished: only the trail matters here)."""
-    from tests.factories import record_decision as decide
+    from tests.helpers.decisions import record_decision as decide
 
     decisions = []
     for i in range(n):

@@ -9,8 +9,7 @@ import pytest
 from django.urls import resolve, reverse
 
 from agentrun.core.models import Decision, Message, SuspendedToolCall, args_fingerprint
-from tests.approvals.conftest import start_run, suspend, wait_until_final
-from tests.factories import EMAIL
+from tests.helpers.runs import EMAIL, SUB_AGENT_REFUND, start_run, suspend, wait_until_final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -246,9 +245,6 @@ def test_run_page_shows_steps_messages_and_the_final_answer(reviewer):
     assert "Final answer" in html and "Echo: hello there" in html
     assert "Message Creation" in html and "completed" in html
     assert 'id="run-stream-state"' in html
-
-
-SUB_AGENT_REFUND = '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"o-1\\", \\"amount\\": 5}"}'
 
 
 def test_sub_agent_call_is_one_card_naming_the_sub_agent_and_edits_the_inner_call(reviewer):

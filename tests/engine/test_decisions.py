@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 
 from agentrun import AgentRunError, get_agent, get_run
 from agentrun.core.models import Decision, Snapshot, SuspendedToolCall, ToolEffect
-from tests.factories import (
+from tests.helpers.runs import (
     EMAIL,
     chunk_rows,
     collect,
@@ -301,8 +301,8 @@ async def test_two_reviewers_deciding_both_calls_at_once_get_one_model_answer(ag
     from django.db import connection
 
     from agentrun.engine.loop import Segment
-    from tests.factories import record_decision as decide
-    from tests.factories import steps_of
+    from tests.helpers.decisions import record_decision as decide
+    from tests.helpers.runs import steps_of
 
     stream, _ = await start("support-agent", TWO_EMAILS)
     run_id = stream.run_id
@@ -352,7 +352,7 @@ async def test_a_run_past_its_time_to_live_is_not_listed_and_cannot_be_decided()
     [decision] = await decisions_of(stream.run_id)
     assert (decision.kind, decision.via) == ("expire", "system")
     assert await effects_of(stream.run_id) == []
-    from tests.factories import steps_of
+    from tests.helpers.runs import steps_of
 
     assert [s.status for s in await steps_of(stream.run_id)] == ["expired"]
     assert not await snapshot_exists(stream.run_id)

@@ -24,8 +24,8 @@ from agentrun.core.models import (
     WorkerHeartbeat,
 )
 from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
-from tests.approvals.conftest import start_run, suspend, wait_until_final
-from tests.factories import decide_call
+from tests.helpers.decisions import decide_call
+from tests.helpers.runs import start_run, suspend, wait_until_final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,8 +24,9 @@ from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import Decision, RunChunk, Snapshot, SuspendedToolCall, ToolEffect
 from agentrun.engine import dispatch
 from agentrun.engine.service import Decider, DecisionCommand, DecisionRequest, decide
-from tests.api.asgi_client import AsgiClient
-from tests.factories import EMAIL, decide_call, rested, start, tool_line
+from tests.helpers.asgi import AsgiClient
+from tests.helpers.decisions import decide_call
+from tests.helpers.runs import EMAIL, rested, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from agentrun.core.models import Decision, Run, Snapshot, SuspendedToolCall, Thread
 from agentrun.engine import lease
 from agentrun.engine.decisions import expire_due_runs
-from tests.factories import bulk_suspended_runs
+from tests.helpers.runs import bulk_suspended_runs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -17,9 +17,10 @@ from django.utils import timezone
 from agentrun import Agent, ToolContext, tool
 from agentrun.core.models import Decision, OutboxEvent, Run, Snapshot, SuspendedToolCall, ToolEffect
 from agentrun.engine import sweeper, timeouts
-from tests.api.conftest import wait_rested
-from tests.factories import bulk_suspended_runs, final_answer, start, tool_line, wait_for_tasks
-from tests.notifications.conftest import make_user, sent_emails
+from tests.helpers.notifications import sent_emails
+from tests.helpers.runs import bulk_suspended_runs, final_answer, start, tool_line, wait_rested
+from tests.helpers.users import make_user
+from tests.helpers.waiting import wait_for_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

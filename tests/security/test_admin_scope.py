@@ -10,8 +10,8 @@ from django.test import Client
 
 from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import Decision, OutboxEvent, Run, RunChunk, SuspendedToolCall
-from tests.api.conftest import email_run
-from tests.factories import decide_call
+from tests.helpers.decisions import decide_call
+from tests.helpers.runs import email_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

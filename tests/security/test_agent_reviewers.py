@@ -11,9 +11,9 @@ from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, args_fingerprint
 from agentrun.engine.agents import get_agent
 from agentrun.engine.types import Decider
-from tests.api.asgi_client import AsgiClient
-from tests.factories import collect, rested, start, tool_line
-from tests.security.test_matrix import MAPPING, make_principals, new_thread, run_state, token_of
+from tests.helpers.asgi import AsgiClient
+from tests.helpers.principals import MAPPING, make_principals, new_thread, run_state, token_of
+from tests.helpers.runs import collect, rested, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,8 +24,8 @@ from agentrun.core import receipts
 from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import AuditReceipt, Decision, StandingGrant
 from agentrun.engine.types import Decider
-from tests.api.conftest import email_run
-from tests.factories import decide_call, record_decision, start, tool_line
+from tests.helpers.decisions import decide_call, record_decision
+from tests.helpers.runs import email_run, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

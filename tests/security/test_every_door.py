@@ -46,8 +46,7 @@ from agentrun.engine.timeouts import apply_due_timeouts
 from agentrun.engine.types import Decider
 from notifications import links
 from notifications.models import DecisionLink
-from tests.api.conftest import wait_rested
-from tests.factories import collect, of_type, rested, start, tool_line
+from tests.helpers.runs import collect, of_type, rested, start, tool_line, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

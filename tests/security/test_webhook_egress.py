@@ -16,14 +16,15 @@ from rest_framework.test import APIClient
 
 from agentrun.core.access import VIEWERS, ensure_groups
 from notifications.models import WebhookDelivery, WebhookEndpoint
-from tests.api.conftest import email_run, refund_run
-from tests.factories import wait_for_tasks
 
 # receiver: a real HTTP receiver on 127.0.0.1; _clean_notifier: AGENTRUN_WEBHOOK_ALLOW_PRIVATE on (for it),
 # and no notifications task outliving a test.
-from tests.notifications.conftest import _clean_notifier, make_endpoint, receiver, wait_until  # noqa: F401
+from tests.helpers.notifications import make_endpoint
+from tests.helpers.runs import email_run, refund_run
+from tests.helpers.waiting import wait_for_tasks, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Webhooks and email as the notification tests send them (a fresh view of subscribers, no job left).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_notifier")]
 
 BASE = "/api/webhook-endpoints"
 

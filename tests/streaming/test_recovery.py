@@ -13,7 +13,7 @@ from agentrun.core.models import BackgroundTask, Decision, Run, SuspendedToolCal
 from agentrun.engine.agents import get_agent
 from agentrun.engine.sweeper import sweep_once
 from agentrun.engine.types import Decider
-from tests.factories import record_decision as decide
+from tests.helpers.decisions import record_decision as decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

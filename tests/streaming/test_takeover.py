@@ -13,7 +13,9 @@ from agentrun.core.fanout import RunPublisher, SubscriberReset, subscribe
 from agentrun.engine.agents import get_agent
 from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.loop import TAKEOVER_FINISH
-from tests.streaming.test_websockets import EMAIL, communicator, receive_until, reviewer_token
+from tests.helpers.asgi import communicator, receive_until
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.users import reviewer_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,8 +131,7 @@ async def test_the_run_event_stream_ends_with_a_reset_event_whose_id_is_the_seq_
     from django.utils import timezone
 
     from agentrun.core.models import Run
-    from tests.api.asgi_client import AsgiClient
-    from tests.api.test_sse import parse
+    from tests.helpers.asgi import AsgiClient, parse
 
     token = await reviewer_token("tk-sse")
     run_id, last = await suspended_run()

@@ -9,7 +9,7 @@ import pytest
 import requests
 from django.db import connection
 
-from tests.system.conftest import create_reviewer
+from tests.helpers.system import create_reviewer
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

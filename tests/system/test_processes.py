@@ -9,26 +9,12 @@ import signal
 
 import pytest
 import websockets
-from asgiref.sync import sync_to_async
 
 from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.users import reviewer_token
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-EMAIL = '/tool send-email {"to": "ada@example.com", "subject": "Hi", "body": "Hello"}'
-
-
-@sync_to_async
-def reviewer_token() -> str:
-    from django.contrib.auth.models import Group, User
-    from rest_framework.authtoken.models import Token
-
-    from agentrun.core.access import REVIEWERS, ensure_groups
-
-    ensure_groups()
-    user = User.objects.create_user("sysrev", password="pw-12345678")
-    user.groups.add(Group.objects.get(name=REVIEWERS))
-    return Token.objects.create(user=user).key
 
 
 def ws_url(port: int, path: str, token: str) -> str:
@@ -47,7 +33,7 @@ async def frames_until_finish(ws, timeout: float = 20) -> list[dict]:
 
 
 async def test_a_run_approved_through_one_server_streams_to_a_watcher_on_the_other(processes):
-    token = await reviewer_token()
+    token = await reviewer_token("sysrev")
     _, port_a = processes.daphne("daphne-a")
     _, port_b = processes.daphne("daphne-b")
     processes.worker("worker")  # a run started over a socket goes through the Tasks framework
@@ -81,7 +67,7 @@ async def test_a_run_approved_through_one_server_streams_to_a_watcher_on_the_oth
 async def test_killing_the_process_running_a_continuation_does_not_lose_or_repeat_it(processes):
     from tests.system.slow_agents import slow_agent
 
-    token = await reviewer_token()
+    token = await reviewer_token("sysrev")
     _, port = processes.daphne("daphne")
     workers = {w.pid: w for w in (processes.worker("worker-1"), processes.worker("worker-2"))}
 
@@ -129,7 +115,7 @@ async def test_an_idle_worker_is_woken_by_a_decision_not_by_its_poll(processes):
     from agentrun.engine.agents import get_agent
 
     slow_fallbacks = {"AGENTRUN_LEASE_SECONDS": "60"}
-    token = await reviewer_token()
+    token = await reviewer_token("sysrev")
     _, port = processes.daphne("daphne", env=slow_fallbacks)
     processes.worker("worker", interval=60, env=slow_fallbacks)
     stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "sys-wake"})
