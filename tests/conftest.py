@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.helpers.runs",
     "tests.helpers.notifications",
     "tests.helpers.wsgi",
+    "tests.helpers.clock",
     "tests.helpers.system",
 ]
 
@@ -127,11 +128,15 @@ async def _close_engine_db_connections():
     await sync_to_async(connections.close_all)()
 
 
+SETTLE_SECONDS = 15
+
+
 @pytest.fixture(autouse=True)
 def _engine_settles_before_flush(request):
     """A 202 decision or a background task goes on after the test body returns. Let that work end
     before the transactional test's flush: otherwise the flush deadlocks with it on PostgreSQL, or it
-    runs into the next test."""
+    runs into the next test. Work still going after ``SETTLE_SECONDS`` fails the test, naming it: a
+    test must end (or cancel) what it started."""
     marker = request.node.get_closest_marker("django_db")
     transactional = "transactional_db" in request.fixturenames or bool(marker and marker.kwargs.get("transaction"))
     if not transactional:
@@ -145,11 +150,19 @@ def _engine_settles_before_flush(request):
 
     from agentrun.core.models import BackgroundTask, Run
 
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        busy = Run.objects.filter(lease_owner__isnull=False, lease_expires_at__gt=timezone.now()).exists()
-        if not busy and not BackgroundTask.objects.filter(status__in=["pending", "running"]).exists():
-            break
+    def unsettled() -> str:
+        driven = list(
+            Run.objects.filter(lease_owner__isnull=False, lease_expires_at__gt=timezone.now()).values_list(
+                "id", "status", "lease_owner"
+            )
+        )
+        tasks = list(
+            BackgroundTask.objects.filter(status__in=["pending", "running"]).values_list("id", "tool_name", "status")
+        )
+        return (f"runs driven {driven} " if driven else "") + (f"background tasks {tasks}" if tasks else "")
+
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while (left := unsettled()) and time.monotonic() < deadline:
         time.sleep(0.05)
     from django.db import connection
 
@@ -159,3 +172,5 @@ def _engine_settles_before_flush(request):
         from agentrun.core.receipts import remove_guards
 
         remove_guards()
+    if left:
+        pytest.fail(f"the engine did not settle within {SETTLE_SECONDS}s of the test's end: {left}", pytrace=False)

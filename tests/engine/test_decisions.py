@@ -334,16 +334,14 @@ async def test_two_reviewers_deciding_both_calls_at_once_get_one_model_answer(ag
     assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
 
 
-async def test_a_run_past_its_time_to_live_is_not_listed_and_cannot_be_decided():
-    import asyncio
-
+async def test_a_run_past_its_time_to_live_is_not_listed_and_cannot_be_decided(clock):
     from agentrun.engine.agents import Agent
 
     demo = get_agent("support-agent")
-    short = Agent(id="short-lived-agent", tools=list(demo.tools.values()), model="directive", suspended_run_ttl=0.2)
+    short = Agent(id="short-lived-agent", tools=list(demo.tools.values()), model="directive", suspended_run_ttl=60)
     stream, _ = await collect(short.stream(tool_line("send-email", EMAIL)))
     assert (await short.list_suspended_runs()).total == 1
-    await asyncio.sleep(0.3)
+    clock.advance(61)  # past its time to live
     assert (await short.list_suspended_runs()).total == 0  # before any sweeper ran
     err = await _expect_error("TOOL_CALL_ALREADY_DECIDED", short.approve_tool_call(run_id=stream.run_id))
     assert err.details["decision"] == "expire"

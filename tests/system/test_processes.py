@@ -9,12 +9,29 @@ import signal
 
 import pytest
 import websockets
+from asgiref.sync import sync_to_async
 
 from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
 from tests.helpers.runs import EMAIL_LINE as EMAIL
 from tests.helpers.users import reviewer_token
+from tests.helpers.waiting import async_wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@sync_to_async
+def worker_listens() -> bool:
+    """A session of the test database waits on ``LISTEN agentrun_tasks`` (its last statement)."""
+    from django.db import connection
+
+    from agentrun.management.commands.agentrun_worker import WAKEUP_CHANNEL
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [f"LISTEN {WAKEUP_CHANNEL}"],
+        )
+        return cursor.fetchone()[0] > 0
 
 
 def ws_url(port: int, path: str, token: str) -> str:
@@ -120,11 +137,11 @@ async def test_an_idle_worker_is_woken_by_a_decision_not_by_its_poll(processes):
     processes.worker("worker", interval=60, env=slow_fallbacks)
     stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "sys-wake"})
     assert (await stream.collect())[-1]["payload"]["finishReason"] == "suspended"
-    for _ in range(200):  # the worker is up (its first sweep) and past its first poll: idle, listening
-        if await WorkerHeartbeat.objects.filter(role="worker").aexists():
-            break
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(3)
+    # The worker is up (its first sweep) and past its first poll: idle, listening.
+    await async_wait_until(
+        lambda: WorkerHeartbeat.objects.filter(role="worker").aexists(), 60, "the worker's first heartbeat"
+    )
+    await async_wait_until(worker_listens, 60, "the worker to LISTEN for enqueued tasks")
 
     origin = {"origin": "http://localhost"}
     async with websockets.connect(ws_url(port, "/ws/agents/support-agent/", token), additional_headers=origin) as ws:
