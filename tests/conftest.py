@@ -48,10 +48,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     """Rate-limit counters (Redis on PostgreSQL runs) of this test process only: a later run's users
-    have the same ids as an earlier one's (a new test database), not their counts."""
+    have the same ids as an earlier one's (a new test database), not their counts. Fast password hashing."""
     from django.conf import settings
 
+    from tests.helpers.browser import e2e_selected
+
     settings.CACHES["default"]["KEY_PREFIX"] = f"test-{os.getpid()}"
+    if not e2e_selected(config):
+        # A fast hasher: users are made by the hundred. Not for the browser tests, whose server (another
+        # process, with the production hashers) checks the passwords this process sets.
+        settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -14,7 +14,8 @@ from agentrun.engine.types import Decider
 from tests.helpers.decisions import record_decision
 from tests.helpers.runs import EMAIL, suspend
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Each test runs in a transaction rolled back at its end: nothing here needs a real commit.
+pytestmark = pytest.mark.django_db
 
 # Ids the REST API accepts (memory.thread / memory.resource: any non-empty text of at most 255 characters).
 LONG_ID = ("lg/%?# ü-" * 40)[:255]

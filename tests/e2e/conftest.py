@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.browser import ARTIFACTS, E2E_DIR, PASSWORD, ROOT, start_run
+from tests.helpers.browser import ARTIFACTS, E2E_DIR, PASSWORD, ROOT, e2e_selected, start_run
 
 CHROMIUM = os.environ.get("E2E_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -55,14 +55,6 @@ SERVER_ENV = {
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 
-def _e2e_selected(config: pytest.Config) -> bool:
-    expr = (config.getoption("markexpr", "") or "").replace(" ", "")
-    if expr:
-        return "e2e" in expr and "note2e" not in expr
-    args = [str(a).replace(os.sep, "/") for a in config.args]
-    return bool(args) and all("tests/e2e" in a for a in args)
-
-
 def _point_django_at_the_shared_database() -> None:
     """pytest-django read the settings before this conftest loaded: re-evaluate them with our env."""
     from django.conf import settings
@@ -85,7 +77,7 @@ def _point_django_at_the_shared_database() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     # Only for the browser run: the normal suite also loads this file and keeps its own test database.
-    if _e2e_selected(config):
+    if e2e_selected(config):
         _point_django_at_the_shared_database()
 
 

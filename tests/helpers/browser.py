@@ -5,16 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
 E2E_DIR = ROOT / "var" / "e2e"
 PASSWORD = "correct-horse-e2e"
+
+
+def e2e_selected(config: pytest.Config) -> bool:
+    """This pytest run is the browser tests' own (``-m e2e`` or only tests/e2e paths)."""
+    expr = (config.getoption("markexpr", "") or "").replace(" ", "")
+    if expr:
+        return "e2e" in expr and "note2e" not in expr
+    args = [str(a).replace(os.sep, "/") for a in config.args]
+    return bool(args) and all("tests/e2e" in a for a in args)
 
 
 def run_python_api(coro_factory: Callable[[], Any]) -> Any:

@@ -47,6 +47,7 @@ from agentrun.engine.types import Decider
 from notifications import links
 from notifications.models import DecisionLink
 from tests.helpers.runs import collect, of_type, rested, start, tool_line, wait_rested
+from tests.helpers.users import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -82,7 +83,7 @@ def vault(settings):
 
 
 def person(name: str, *, vault: bool = True) -> User:
-    user = User.objects.create_user(name, password=f"pw-{name}-12345")
+    user = make_user(name, password=f"pw-{name}-12345", group=None)
     user.groups.add(Group.objects.get(name=REVIEWERS))
     if vault:
         user.groups.add(Group.objects.get_or_create(name="Vault reviewers")[0])

@@ -44,7 +44,7 @@ BAD_IDS = [
 @pytest.fixture
 def api() -> APIClient:
     ensure_groups()
-    user = User.objects.create_user("ids-reviewer")
+    user = make_user("ids-reviewer", group=None)
     user.groups.add(Group.objects.get(name=REVIEWERS))
     client = APIClient()
     client.force_authenticate(user)
@@ -115,7 +115,7 @@ def test_csv_cells_that_would_be_formulas_are_neutralised():
         run_id = email_run(thread=f"t-csv-{i}")
         record_decision(agent_id="support-agent", run_id=run_id, kind="decline", reason=reason)
     client = Client()
-    client.force_login(User.objects.create_superuser("csv-root"))
+    client.force_login(make_user("csv-root", group=None, is_staff=True, is_superuser=True))
     response = client.post(
         "/admin/agentrun/decision/",
         {"action": "export_decisions_csv", "_selected_action": list(Decision.objects.values_list("pk", flat=True))},

@@ -21,6 +21,7 @@ from notifications.models import WebhookDelivery, WebhookEndpoint
 # and no notifications task outliving a test.
 from tests.helpers.notifications import make_endpoint
 from tests.helpers.runs import email_run, refund_run
+from tests.helpers.users import make_user
 from tests.helpers.waiting import wait_for_tasks, wait_until
 
 # Webhooks and email as the notification tests send them (a fresh view of subscribers, no job left).
@@ -48,7 +49,7 @@ PROBES = [
 @pytest.fixture
 def root() -> APIClient:
     client = APIClient()
-    client.force_authenticate(User.objects.create_superuser("root"))
+    client.force_authenticate(make_user("root", group=None, is_staff=True, is_superuser=True))
     return client
 
 
@@ -76,7 +77,7 @@ def test_a_change_to_a_url_reaching_inside_is_refused_too(root, default_egress):
 
 
 def test_the_admin_form_refuses_it_as_well(default_egress, client):
-    client.force_login(User.objects.create_superuser("admin-root"))
+    client.force_login(make_user("admin-root", group=None, is_staff=True, is_superuser=True))
     response = client.post(
         "/admin/notifications/webhookendpoint/add/", {"url": "http://169.254.169.254/", "format": "standard"}
     )
@@ -151,7 +152,7 @@ def test_the_delivery_log_never_echoes_what_answered(settings, banner):
 
 def _staff(name: str, *groups: str) -> User:
     ensure_groups()
-    user = User.objects.create_user(name, is_staff=True)
+    user = make_user(name, is_staff=True, group=None)
     for group in groups:
         user.groups.add(Group.objects.get_or_create(name=group)[0])
     return user
