@@ -28,7 +28,9 @@ from tests.helpers.decisions import decide_call, record_decision
 from tests.helpers.runs import email_run, start, tool_line
 from tests.helpers.users import make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
+# (a grant's or a door's decision continues the run on commit, in another thread; racing deciders each have a connection).
+pytestmark = pytest.mark.django_db
 
 
 def audit(*args: str) -> tuple[int, str]:
@@ -77,6 +79,7 @@ def test_every_decision_gets_a_receipt_and_the_chain_verifies():
     assert code == 0 and "OK: 3 receipt(s) verify" in out, out
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_standing_grants_decision_gets_a_receipt_too():
     ensure_groups()
     creator = make_user("gina-audit", group=None)  # a grant works while its creator may decide the agent
@@ -110,6 +113,7 @@ def test_the_database_refuses_to_change_or_delete_decisions_and_receipts(sql):
     assert audit("verify")[0] == 0
 
 
+@pytest.mark.django_db(transaction=True)
 def test_deleting_the_account_that_decided_keeps_the_record_and_its_proof():
     ensure_groups()
     rita = make_user("rita-audit", group=None)
@@ -305,6 +309,7 @@ def test_the_admin_decision_list_says_whether_the_chain_verifies(guards_lifted):
 
 
 # --- concurrency ------------------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
 def test_decisions_recorded_at_once_chain_one_after_the_other():
     run_ids = [email_run(thread=f"t-race-{i}") for i in range(8)]
     errors: list[BaseException] = []
