@@ -29,7 +29,8 @@ from tests.helpers.runs import email_run, start, tool_line
 from tests.helpers.users import make_user
 
 # A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
-# (a grant's or a door's decision continues the run on commit, in another thread; racing deciders each have a connection).
+# (a grant's or a door's decision continues the run on commit, in another thread; racing deciders each have
+# a connection).
 pytestmark = pytest.mark.django_db
 
 

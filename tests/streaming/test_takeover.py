@@ -150,6 +150,7 @@ async def test_the_run_event_stream_ends_with_a_reset_event_whose_id_is_the_seq_
         events += parse(part)
     assert [e["event"] for e in events] == ["chunk", "chunk", "chunk", "chunk", "reset"]
     assert events[-1] == {"id": str(agreed), "event": "reset", "data": f'{{"resumeAfter": {agreed}}}'}
+    await Run.objects.filter(pk=run_id).aupdate(lease_owner=None, lease_expires_at=None)  # the staged driver goes
 
 
 # --- issue 25 E: the log decides, whatever reaches the subscriber when --------------------------------
