@@ -160,3 +160,51 @@ def test_a_draining_web_process_answers_503_so_the_load_balancer_takes_it_out(cl
     response = client.get("/healthz")
     assert response.status_code == 503
     assert response.json()["status"] == "draining"
+
+
+# --- /readyz: can this process serve (docs/operations.md "Health") ------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/readyz", "/readyz/"])
+def test_ready_when_the_database_the_channel_layer_and_the_migrations_are(client, path):
+    response = client.get(path)
+    assert response.status_code == 200
+    assert "no-cache" in response["Cache-Control"]
+    body = response.json()
+    assert body["status"] == "ready"
+    assert body["database"]["ok"] is True
+    assert body["channelLayer"]["ok"] is True
+    assert body["migrations"] == {"ok": True}
+
+
+@pytest.mark.django_db
+def test_not_ready_when_the_channel_layer_is_unreachable(client, settings):
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [f"redis://127.0.0.1:{_closed_port()}/0"]},
+        }
+    }
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "not ready"
+    assert body["channelLayer"]["ok"] is False and body["channelLayer"]["error"]
+    assert body["database"]["ok"] is True
+
+
+@pytest.mark.django_db
+def test_ready_without_any_worker_seen(client):
+    """A web process with no worker alive can still serve requests: ready (``/healthz`` says degraded)."""
+    WorkerHeartbeat.objects.all().delete()
+    assert client.get("/healthz").json()["status"] == "degraded"
+    assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.django_db
+def test_not_ready_while_draining(client, monkeypatch):
+    monkeypatch.setattr(health, "draining", True)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["status"] == "draining"
