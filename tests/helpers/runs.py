@@ -11,14 +11,14 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
-from agentrun.core.models import Run, RunChunk, RunStep, Snapshot
+from agentrun.core.models import Decision, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall
 from agentrun.engine import store
 from agentrun.engine.agents import get_agent
 from agentrun.engine.providers import DirectiveModel
@@ -241,7 +241,7 @@ def bulk_suspended_runs(
     ``spacing_s`` apart from ``start``. For volume tests of the listing query only: nothing drives them.
     ``apps``: the models as of a migration (a migration test writes them before a later one).
     """
-    from datetime import UTC, timedelta
+    from datetime import timedelta
 
     from django.apps import apps as current
 
@@ -317,3 +317,33 @@ def bulk_suspended_runs(
     for model, rows in ((Run, runs), (RunStep, steps), (Snapshot, snapshots), (SuspendedToolCall, calls)):
         model.objects.bulk_create(rows, batch_size=2000)
     return [r.id for r in runs]
+
+
+# --- what a sweeper finds (tests/engine/test_sweeper.py, benchmarks/sweeper.py) --------------------
+PAST = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+def make_due(run_ids: list[str]) -> None:
+    """These waiting runs are past their time to live."""
+    Snapshot.objects.filter(run_id__in=run_ids).update(expires_at=PAST)
+    Run.objects.filter(pk__in=run_ids).update(expires_at=PAST)
+
+
+def make_stalled(lease_expired: list[str], decided: list[str]) -> None:
+    """Runs whose driver died (lease expired), and runs decided long ago that nobody continued."""
+    Run.objects.filter(pk__in=lease_expired).update(
+        status=Run.Status.IN_PROGRESS, lease_owner="host:1:dead", lease_expires_at=PAST
+    )
+    for call in SuspendedToolCall.objects.filter(run_id__in=decided).select_related("run"):
+        decision = Decision.objects.create(
+            run=call.run,
+            agent_id=call.run.agent_id,
+            thread_id=call.run.thread_id,
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            kind=Decision.Kind.APPROVE,
+            via=Decision.Via.API,
+            args=call.args,
+            decided_at=PAST,  # decisions are append-only: made in the past, not moved there
+        )
+        SuspendedToolCall.objects.filter(pk=call.pk).update(status=SuspendedToolCall.Status.DECIDED, decision=decision)
