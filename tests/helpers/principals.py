@@ -1,5 +1,5 @@
 """The security matrix's world (tests/security): one principal of each kind, and agents scoped to groups
-(``AGENTRUN_AGENT_REVIEWERS``, docs/access.md)."""
+(``AGENTRUN_AGENT_REVIEWERS``, docs/api.md#authentication-and-permissions)."""
 
 from __future__ import annotations
 

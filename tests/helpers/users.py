@@ -1,4 +1,4 @@
-"""People in the contract's groups (docs/access.md), their API tokens and clients.
+"""People in the contract's groups (docs/api.md#authentication-and-permissions), their API tokens and clients.
 
 ``make_user`` is the one place a test makes a user; the fixtures ``reviewer`` / ``viewer`` (with API
 clients ``api`` / ``viewer_api`` and ``auth_header``) are the REST tests' usual pair.
