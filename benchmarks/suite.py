@@ -103,7 +103,7 @@ class Topology:
     """Production topology: web A and web B (daphne) and a worker, on this database and Redis."""
 
     def __init__(self, env: dict[str, str], logdir: Path) -> None:
-        from tests.system.conftest import Processes
+        from tests.helpers.system import Processes
 
         self.procs = Processes(env, logdir)
 

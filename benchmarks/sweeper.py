@@ -64,8 +64,7 @@ def run(args: argparse.Namespace) -> None:
     from agentrun.core.models import Run, Thread
     from agentrun.engine import lease
     from agentrun.engine.decisions import due_runs, expire_due_runs
-    from tests.engine.test_sweeper import make_due, make_stalled
-    from tests.factories import bulk_suspended_runs
+    from tests.helpers.runs import bulk_suspended_runs, make_due, make_stalled
 
     call_command("migrate", verbosity=0)
     started = time.perf_counter()

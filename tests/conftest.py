@@ -12,6 +12,16 @@ import os
 
 import pytest
 
+# The shared fixtures (tests/helpers): users and API clients, runs, notifications' receiver, real processes.
+pytest_plugins = [
+    "tests.helpers.users",
+    "tests.helpers.runs",
+    "tests.helpers.notifications",
+    "tests.helpers.wsgi",
+    "tests.helpers.clock",
+    "tests.helpers.system",
+]
+
 POSTGRES_SCHEMES = ("postgres://", "postgresql://", "pgsql://", "postgis://")
 
 
@@ -38,10 +48,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     """Rate-limit counters (Redis on PostgreSQL runs) of this test process only: a later run's users
-    have the same ids as an earlier one's (a new test database), not their counts."""
+    have the same ids as an earlier one's (a new test database), not their counts. Fast password hashing."""
     from django.conf import settings
 
+    from tests.helpers.browser import e2e_selected
+
     settings.CACHES["default"]["KEY_PREFIX"] = f"test-{os.getpid()}"
+    if not e2e_selected(config):
+        # A fast hasher: users are made by the hundred. Not for the browser tests, whose server (another
+        # process, with the production hashers) checks the passwords this process sets.
+        settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -118,29 +134,46 @@ async def _close_engine_db_connections():
     await sync_to_async(connections.close_all)()
 
 
+SETTLE_SECONDS = 15
+
+
+def _transactional(request: pytest.FixtureRequest) -> bool:
+    marker = request.node.get_closest_marker("django_db")
+    return "transactional_db" in request.fixturenames or bool(marker and marker.kwargs.get("transaction"))
+
+
+def _unsettled() -> str:
+    """What of the engine still goes on: runs someone drives (a live lease), background tasks not ended."""
+    from django.utils import timezone
+
+    from agentrun.core.models import BackgroundTask, Run
+
+    driven = list(
+        Run.objects.filter(lease_owner__isnull=False, lease_expires_at__gt=timezone.now()).values_list(
+            "id", "status", "lease_owner"
+        )
+    )
+    tasks = list(
+        BackgroundTask.objects.filter(status__in=["pending", "running"]).values_list("id", "tool_name", "status")
+    )
+    return (f"runs driven {driven} " if driven else "") + (f"background tasks {tasks}" if tasks else "")
+
+
 @pytest.fixture(autouse=True)
 def _engine_settles_before_flush(request):
     """A 202 decision or a background task goes on after the test body returns. Let that work end
     before the transactional test's flush: otherwise the flush deadlocks with it on PostgreSQL, or it
-    runs into the next test."""
-    marker = request.node.get_closest_marker("django_db")
-    transactional = "transactional_db" in request.fixturenames or bool(marker and marker.kwargs.get("transaction"))
-    if not transactional:
+    runs into the next test. Work still going after ``SETTLE_SECONDS`` fails the test, naming it: a
+    test must end (or cancel) what it started."""
+    if not _transactional(request):
         yield
         return
     request.getfixturevalue("transactional_db")  # set up first, so torn down after this fixture
     yield
     import time
 
-    from django.utils import timezone
-
-    from agentrun.core.models import BackgroundTask, Run
-
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        busy = Run.objects.filter(lease_owner__isnull=False, lease_expires_at__gt=timezone.now()).exists()
-        if not busy and not BackgroundTask.objects.filter(status__in=["pending", "running"]).exists():
-            break
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while (left := _unsettled()) and time.monotonic() < deadline:
         time.sleep(0.05)
     from django.db import connection
 
@@ -150,3 +183,23 @@ def _engine_settles_before_flush(request):
         from agentrun.core.receipts import remove_guards
 
         remove_guards()
+    if left:
+        pytest.fail(f"the engine did not settle within {SETTLE_SECONDS}s of the test's end: {left}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+async def _engine_settles_on_the_tests_loop(request, _engine_settles_before_flush):
+    """The same wait, first on the test's event loop (torn down before the one above): work an async
+    test started on its loop (a continuation, a background task, a lease's renewal) runs only while
+    that loop does."""
+    yield
+    if not _transactional(request):
+        return
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_SECONDS
+    while await sync_to_async(_unsettled)() and loop.time() < deadline:
+        await asyncio.sleep(0.05)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.contrib.auth.models import Group
 
 from agentrun.core.models import Decision, SuspendedToolCall
-from tests.api.conftest import _user, email_run, token_client
-from tests.factories import EMAIL
+from tests.helpers.runs import EMAIL, email_run
+from tests.helpers.users import make_user, token_client
 
 
 def url(run_id: str, agent: str = "support-agent") -> str:
@@ -46,7 +46,7 @@ def test_claim_release_and_assign_show_in_the_listing_and_a_decision_records_the
     assert listing_claim(api, run_id)["assigneeGroup"] == "Billing"
     assert viewer_api.post(url(run_id), {"action": "claim"}, format="json").status_code == 403
     # Someone else decides over rita's claim: allowed, and recorded.
-    olga = token_client(_user("olga", "Reviewers"))
+    olga = token_client(make_user("olga", group="Reviewers"))
     call = SuspendedToolCall.objects.get(run_id=run_id, status="open")
     from agentrun.core.models import args_fingerprint
 
@@ -65,7 +65,7 @@ def test_claim_release_and_assign_show_in_the_listing_and_a_decision_records_the
 
 def test_release_keeps_someone_elses_claim(api):
     run_id = email_run()
-    olga = token_client(_user("olga", "Reviewers"))
+    olga = token_client(make_user("olga", group="Reviewers"))
     olga.post(url(run_id), {"action": "claim"}, format="json")
     assert api.post(url(run_id), {"action": "release"}, format="json").json()["claim"]["claimedBy"] == "olga"
 

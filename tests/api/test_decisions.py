@@ -9,9 +9,12 @@ import pytest
 from django.db import connection
 
 from agentrun.core.models import Decision, IdempotencyKey, Message, Run, Snapshot, SuspendedToolCall, ToolEffect
-from tests.api.conftest import ask_run, email_run, refund_run, token_client, two_call_run, wait_rested
+from tests.helpers.runs import ask_run, email_run, refund_run, two_call_run, wait_rested
+from tests.helpers.users import make_user, token_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
+# (a decision's continuation, a start or a cancel goes on in another thread, started on commit).
+pytestmark = pytest.mark.django_db
 
 
 def url(run_id: str, kind: str, agent: str = "support-agent") -> str:
@@ -33,6 +36,7 @@ def assert_unchanged(run_id: str, open_calls: int = 1) -> None:
     assert not Decision.objects.filter(run_id=run_id).exists()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_approve_answers_202_and_the_run_continues_server_side(api, reviewer):
     run_id = email_run()
     [call_id] = open_call_ids(run_id)
@@ -46,6 +50,7 @@ def test_approve_answers_202_and_the_run_continues_server_side(api, reviewer):
     assert not Snapshot.objects.filter(run_id=run_id).exists()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_approve_with_edited_args_runs_the_tool_with_them(api):
     run_id = email_run()
     edited = {"to": "bob@example.com", "subject": "s", "body": "b"}
@@ -66,6 +71,7 @@ def test_approve_with_invalid_args_is_400_and_nothing_changes(api):
     assert_unchanged(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_decline_with_reason(api):
     run_id = email_run()
     response = api.post(url(run_id, "decline"), {"reason": "not this customer"}, format="json")
@@ -77,6 +83,7 @@ def test_decline_with_reason(api):
     assert answer == "send-email: denied: not this customer"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_resume_with_valid_data(api):
     run_id = ask_run()
     response = api.post(url(run_id, "resume"), {"resumeData": {"answer": "Paris"}}, format="json")
@@ -112,6 +119,7 @@ def test_wrong_decision_kind(api):
     assert_unchanged(email)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_several_open_calls_need_a_tool_call_id(api):
     run_id = two_call_run()
     first, second = open_call_ids(run_id)
@@ -130,6 +138,7 @@ def test_several_open_calls_need_a_tool_call_id(api):
     assert wait_rested(run_id).status == "completed"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_deciding_twice_is_409_already_decided(api):
     run_id = two_call_run()
     first, _ = open_call_ids(run_id)
@@ -152,6 +161,7 @@ def test_deciding_another_agents_run_is_404(api):
     assert (response.status_code, error_code(response)) == (404, "RUN_NOT_FOUND")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_finished_run_cannot_be_decided(api):
     run_id = email_run()
     api.post(url(run_id, "approve"), {}, format="json")
@@ -180,10 +190,11 @@ def _race(clients, run_id: str, headers: dict | None = None) -> list:
     return responses
 
 
+@pytest.mark.django_db(transaction=True)
 def test_two_concurrent_approvals_one_wins_one_gets_409(api, reviewer):
-    from django.contrib.auth.models import Group, User
+    from django.contrib.auth.models import Group
 
-    other = User.objects.create_user("otto")
+    other = make_user("otto", group=None)
     other.groups.add(Group.objects.get(name="Reviewers"))
     run_id = email_run()
     responses = _race([token_client(reviewer), token_client(other)], run_id)
@@ -196,6 +207,7 @@ def test_two_concurrent_approvals_one_wins_one_gets_409(api, reviewer):
     assert ToolEffect.objects.filter(run_id=run_id).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
 def test_idempotency_key_returns_the_first_answer_and_records_one_decision(api):
     run_id = email_run()
     headers = {"Idempotency-Key": "retry-123"}
@@ -213,6 +225,7 @@ def test_idempotency_key_returns_the_first_answer_and_records_one_decision(api):
     assert (other.status_code, error_code(other)) == (400, "INVALID_REQUEST")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_concurrent_retries_with_one_idempotency_key_get_the_same_answer(reviewer):
     run_id = email_run()
     responses = _race([token_client(reviewer), token_client(reviewer)], run_id, headers={"Idempotency-Key": "k"})
@@ -222,10 +235,11 @@ def test_concurrent_retries_with_one_idempotency_key_get_the_same_answer(reviewe
     assert Decision.objects.filter(run_id=run_id).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
 def test_idempotency_keys_are_per_user(api, reviewer):
-    from django.contrib.auth.models import Group, User
+    from django.contrib.auth.models import Group
 
-    other = User.objects.create_user("olga")
+    other = make_user("olga", group=None)
     other.groups.add(Group.objects.get(name="Reviewers"))
     run_id = two_call_run()
     first, second = open_call_ids(run_id)
@@ -239,6 +253,7 @@ def test_idempotency_keys_are_per_user(api, reviewer):
     wait_rested(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_viewers_cannot_decide(viewer_api):
     run_id = email_run()
     response = viewer_api.post(url(run_id, "approve"), {}, format="json")
@@ -272,6 +287,7 @@ def listed_call(api, run_id: str, agent: str = "support-agent") -> dict:
     return run["toolCalls"][0]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_decision_bound_to_the_args_the_reviewer_saw_goes_through(api):
     run_id = email_run()
     call = listed_call(api, run_id)
@@ -292,6 +308,7 @@ def test_a_decision_bound_to_other_args_is_409_args_changed_and_nothing_changes(
     assert not ToolEffect.objects.filter(run_id=run_id).exists()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_batch_decides_several_calls_of_a_run_in_one_go(api):
     run_id = two_call_run()
     email_id, delete_id = open_call_ids_in_order(run_id)

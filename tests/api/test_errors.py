@@ -7,7 +7,7 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from tests.api.conftest import email_run
+from tests.helpers.runs import email_run
 
 ENDPOINTS = [
     ("get", "/api/agents/"),
@@ -57,11 +57,10 @@ def test_a_bad_token_is_401():
 @pytest.mark.django_db
 @pytest.mark.parametrize(("method", "path"), ENDPOINTS)
 def test_a_user_without_the_groups_is_403(method, path):
-    from django.contrib.auth.models import User
 
-    from tests.api.conftest import token_client
+    from tests.helpers.users import make_user, token_client
 
-    client = token_client(User.objects.create_user("nobody"))
+    client = token_client(make_user("nobody", group=None))
     response = getattr(client, method)(path, {}, format="json") if method == "post" else client.get(path)
     assert response.status_code == 403
     assert envelope(response)["code"] == "PERMISSION_DENIED"

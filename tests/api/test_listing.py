@@ -11,10 +11,10 @@ from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.api.conftest import email_run, refund_run
-from tests.factories import set_created_at
+from tests.helpers.runs import email_run, refund_run, set_created_at
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Each test runs in a transaction rolled back at its end: nothing here needs a real commit.
+pytestmark = pytest.mark.django_db
 
 URL = "/api/agents/support-agent/suspended-runs"
 T0 = datetime(2026, 1, 10, 12, 0, tzinfo=UTC)

@@ -19,8 +19,8 @@ from rest_framework.test import APIClient
 
 from agentrun import Agent, tool
 from agentrun.core import selectors
-from tests.api.conftest import _user, email_run, refund_run, token_client
-from tests.factories import set_created_at, suspended_email_run
+from tests.helpers.runs import email_run, refund_run, set_created_at, suspended_email_run
+from tests.helpers.users import make_user, token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,7 +131,7 @@ def test_invalid_parameters_get_the_per_agent_errors(api, db, params, code):
 def test_anonymous_is_401_and_someone_who_may_view_nothing_is_403(db, runs):
     anonymous = APIClient().get(URL)
     assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "NOT_AUTHENTICATED"
-    nobody = token_client(_user("nobody", None)).get(URL)
+    nobody = token_client(make_user("nobody", group=None)).get(URL)
     assert nobody.status_code == 403 and nobody.json()["error"]["code"] == "PERMISSION_DENIED"
     bad_token = APIClient(HTTP_AUTHORIZATION="Token not-a-token").get(URL)
     assert bad_token.status_code == 401
@@ -157,7 +157,7 @@ def test_someone_every_agent_is_hidden_from_is_403(settings, api, runs):
     settings.AGENTRUN_AGENT_REVIEWERS = {agent.id: ["Nobody"] for agent in all_agents()}
     response = api.get(URL)
     assert response.status_code == 403 and response.json()["error"]["code"] == "PERMISSION_DENIED"
-    superuser = _user("root", None)
+    superuser = make_user("root", group=None)
     superuser.is_superuser = True
     superuser.save()
     assert len(ids(token_client(superuser).get(URL))) == 5  # superusers see every agent

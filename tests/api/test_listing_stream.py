@@ -8,9 +8,10 @@ import pytest
 from rest_framework.renderers import JSONRenderer
 
 from agentrun.core import selectors
-from tests.api.conftest import email_run
+from tests.helpers.runs import email_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Each test runs in a transaction rolled back at its end: nothing here needs a real commit.
+pytestmark = pytest.mark.django_db
 
 URL = "/api/agents/support-agent/suspended-runs"
 

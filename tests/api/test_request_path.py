@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.api.conftest import email_run, token_client
+from tests.helpers.runs import email_run
+from tests.helpers.users import make_user, token_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Each test runs in a transaction rolled back at its end: nothing here needs a real commit.
+pytestmark = pytest.mark.django_db
 
 URL = "/api/agents/support-agent/suspended-runs"
 
@@ -25,7 +27,7 @@ def test_a_request_reads_the_token_once_and_the_permissions_once(api):
 
 
 def test_permissions_granted_to_the_person_and_to_their_groups_both_count(reviewer, viewer):
-    loner = User.objects.create_user("lone", password="pw")
+    loner = make_user("lone", password="pw", group=None)
     assert token_client(loner).get(URL).status_code == 403
     loner.user_permissions.add(Permission.objects.get(codename="view_run"))
     assert token_client(loner).get(URL).status_code == 200

@@ -8,9 +8,11 @@ import pytest
 from django.utils import timezone
 
 from agentrun.core.models import Decision, RunStep, args_fingerprint
-from tests.api.conftest import ask_run, email_run, refund_run, wait_rested
+from tests.helpers.runs import ask_run, email_run, refund_run, wait_rested
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
+# (a decision's continuation, a start or a cancel goes on in another thread, started on commit).
+pytestmark = pytest.mark.django_db
 
 RUN_FIELDS = {
     "id",
@@ -78,6 +80,7 @@ def test_agents_list(api):
     assert api.get("/api/agents").json() == body
 
 
+@pytest.mark.django_db(transaction=True)
 def test_generate(api, reviewer):
     response = api.post(
         "/api/agents/support-agent/generate",
@@ -93,6 +96,7 @@ def test_generate(api, reviewer):
     assert run["metadata"] == {"ticket": "42"} and run["threadId"] == "g-1"
 
 
+@pytest.mark.django_db(transaction=True)
 def test_generate_that_suspends_lists_the_open_call(api):
     body = api.post(
         "/api/agents/support-agent/generate/",
@@ -146,6 +150,7 @@ def test_run_object(api, viewer_api):
     assert (response.status_code, code(response)) == (404, "RUN_NOT_FOUND")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_steps_cursor_pagination(api):
     run_id = email_run()
     api.post(f"/api/agents/support-agent/runs/{run_id}/approve", {}, format="json")
@@ -191,6 +196,7 @@ def test_one_step(api):
     assert (response.status_code, code(response)) == (404, "NOT_FOUND")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_cancel(api, viewer_api):
     run_id = email_run()
     response = viewer_api.post(f"/api/runs/{run_id}/cancel")
@@ -208,6 +214,7 @@ def test_cancel(api, viewer_api):
     assert response.status_code in (404, 409)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_thread_messages(api):
     run_id = email_run(thread="t-msg")
     api.post(f"/api/agents/support-agent/runs/{run_id}/approve", {}, format="json")
@@ -223,6 +230,7 @@ def test_thread_messages(api):
     assert (response.status_code, code(response)) == (404, "NOT_FOUND")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_decisions_audit_trail_with_filters(api):
     email, ask, refund = email_run(thread="t-a", resource="u-1"), ask_run(thread="t-b"), refund_run(thread="t-c")
     api.post(f"/api/agents/support-agent/runs/{email}/decline", {"reason": "no"}, format="json")

@@ -6,27 +6,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import schemathesis
-from django.core.signals import request_finished, request_started
-from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-    response_headers_conformance,
-]
+from tests.helpers.schema import CHECKS, schema
+
 CONTRACT_PATHS = {
     ("/api/agents/", "get"),
     ("/api/agents/{agentId}/stream", "post"),
@@ -78,7 +62,8 @@ def test_the_schema_documents_every_endpoint_of_the_contract(client):
         "page",
     }
     across = schema["paths"]["/api/suspended-runs"]["get"]
-    assert {p["name"] for p in across["parameters"]} == {p["name"] for p in listing["parameters"]} | {"agentId", "include"}
+    expected = {p["name"] for p in listing["parameters"]} | {"agentId", "include"}
+    assert {p["name"] for p in across["parameters"]} == expected
     assert across["responses"]["200"] == listing["responses"]["200"]
     approve = schema["paths"]["/api/agents/{agentId}/runs/{runId}/approve"]["post"]
     assert {"202", "400", "401", "403", "404", "409", "413"} <= set(approve["responses"])
@@ -121,20 +106,6 @@ def test_a_bad_token_gets_the_same_401_from_the_schema_as_from_every_endpoint(cl
     # The schema stays public: anonymous readers and good tokens get it.
     assert client.get("/api/schema/").status_code == 200
     assert client.get("/api/schema/", HTTP_AUTHORIZATION=auth_header["Authorization"]).status_code == 200
-
-
-@pytest.fixture
-def keep_test_connection():
-    """Like Django's test client: the test's DB connection must survive each request's start and end."""
-    for signal in (request_started, request_finished):
-        signal.disconnect(close_old_connections)
-    yield
-    for signal in (request_started, request_finished):
-        signal.connect(close_old_connections)
-
-
-# Loaded through the WSGI application itself (the schema view needs no database).
-schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())
 
 
 @pytest.fixture

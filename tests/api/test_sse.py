@@ -9,25 +9,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from agentrun.core.models import Decision, RunChunk
-from tests.api.asgi_client import AsgiClient
-from tests.api.conftest import email_run, wait_rested
-from tests.factories import EMAIL, tool_line
+from tests.helpers.asgi import AsgiClient, parse
+from tests.helpers.runs import EMAIL, email_run, tool_line, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def parse(raw: bytes) -> list[dict]:
-    """SSE frames → [{id?, event, data}]."""
-    events = []
-    for frame in raw.decode().split("\n\n"):
-        if not frame.strip():
-            continue
-        event: dict = {}
-        for line in frame.split("\n"):
-            name, _, value = line.partition(": ")
-            event[name] = value
-        events.append(event)
-    return events
 
 
 async def read_events(response, *, stop_after_seq: int | None = None) -> list[dict]:

@@ -11,15 +11,16 @@ from django.contrib import admin
 from django.urls import reverse
 
 from agentrun.core.models import Decision
-from tests.approvals.conftest import suspend
-from tests.factories import EMAIL
+from tests.helpers.runs import EMAIL, suspend
+from tests.helpers.users import make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Each test runs in a transaction rolled back at its end: nothing here needs a real commit.
+pytestmark = pytest.mark.django_db
 
 
 def decided_runs(n: int) -> list[Decision]:
     """Decisions made through the engine (the runs are left unfinished: only the trail matters here)."""
-    from tests.factories import record_decision as decide
+    from tests.helpers.decisions import record_decision as decide
 
     decisions = []
     for i in range(n):
@@ -136,13 +137,13 @@ def test_cancel_run_action_goes_through_the_engine(admin_client_, reviewer):
 
 
 def test_staff_without_the_cancel_permission_gets_no_cancel_action(groups):
-    from django.contrib.auth.models import Permission, User
+    from django.contrib.auth.models import Permission
     from django.test import Client
 
     from agentrun.core.models import Run
 
     run_id = suspend("send-email", EMAIL, thread="t-staff")
-    staff = User.objects.create_user("stan", is_staff=True)
+    staff = make_user("stan", is_staff=True, group=None)
     staff.user_permissions.add(Permission.objects.get(codename="view_run"))
     client = Client()
     client.force_login(staff)

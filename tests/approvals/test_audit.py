@@ -17,8 +17,7 @@ from django.urls import reverse
 
 from agentrun.core import exports
 from agentrun.core.models import Decision, Run
-from tests.approvals.conftest import suspend
-from tests.factories import EMAIL
+from tests.helpers.runs import EMAIL, suspend
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -244,10 +243,14 @@ def test_admin_search_covers_arguments_and_reasons(admin_client_, trail, term, e
 
 
 def test_admin_search_stays_in_the_staff_members_scope(settings, groups, trail):
-    from tests.approvals.conftest import _client_for
+    from django.test import Client
+
+    from tests.helpers.users import make_user
 
     settings.AGENTRUN_AGENT_REVIEWERS = {"billing-agent": ["Billing reviewers"]}
-    client, user = _client_for("stella", None, is_staff=True)
+    user = make_user("stella", group=None, is_staff=True)
+    client = Client()
+    client.force_login(user)
     user.groups.add(Group.objects.get(name="Viewers"))
     from django.contrib.auth.models import Permission
 

@@ -11,8 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agentrun.core.models import Decision, SuspendedToolCall, args_fingerprint
-from tests.approvals.conftest import suspend
-from tests.factories import EMAIL
+from tests.helpers.runs import EMAIL, suspend
 
 
 def open_call(run_id: str) -> SuspendedToolCall:

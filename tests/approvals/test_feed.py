@@ -7,8 +7,9 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from agentrun.asgi import application
-from agentrun.core.access import VIEWERS, ensure_groups
-from tests.factories import EMAIL, suspended_email_run
+from agentrun.core.access import VIEWERS
+from tests.helpers.runs import EMAIL, suspended_email_run
+from tests.helpers.users import make_user, token_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,13 +18,7 @@ ORIGIN = [(b"origin", b"http://localhost")]
 
 @sync_to_async
 def viewer_token() -> str:
-    from django.contrib.auth.models import Group, User
-    from rest_framework.authtoken.models import Token
-
-    ensure_groups()
-    user = User.objects.create_user("vic", password="pw-12345678")
-    user.groups.add(Group.objects.get(name=VIEWERS))
-    return Token.objects.create(user=user).key
+    return token_of(make_user("vic", group=VIEWERS, password="pw-12345678"))
 
 
 async def frame_about(comm: WebsocketCommunicator, run_id: str) -> str:

@@ -15,9 +15,9 @@ from pydantic import BaseModel
 from agentrun import Agent, ToolContext, tool
 from agentrun.core.models import Decision, StandingGrant, SuspendedToolCall, ToolEffect
 from agentrun.engine.types import Decider
-from tests.api.conftest import token_client, wait_rested
-from tests.factories import EMAIL, collect, decide_call, final_answer, of_type, rested, start, tool_line
-from tests.notifications.conftest import make_user
+from tests.helpers.decisions import decide_call
+from tests.helpers.runs import EMAIL, collect, final_answer, of_type, rested, start, tool_line, wait_rested
+from tests.helpers.users import make_user, token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,7 +17,7 @@ from django.utils.html import escape
 from agentrun.core.metrics import WAIT_BUCKETS
 from agentrun.core.models import Decision, Run, Thread, WaitingCallCount
 from approvals.metrics import wait_label
-from tests.approvals.conftest import suspend
+from tests.helpers.runs import suspend
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,11 @@ from django.urls import reverse
 
 from agentrun.core.models import SuspendedToolCall
 from agentrun.engine.types import Decider
-from tests.approvals.conftest import suspend
-from tests.factories import EMAIL, record_decision
+from tests.helpers.decisions import record_decision
+from tests.helpers.runs import EMAIL, suspend
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Each test runs in a transaction rolled back at its end: nothing here needs a real commit.
+pytestmark = pytest.mark.django_db
 
 # Ids the REST API accepts (memory.thread / memory.resource: any non-empty text of at most 255 characters).
 LONG_ID = ("lg/%?# ü-" * 40)[:255]
@@ -116,8 +117,7 @@ def inbox_queries(client, django_assert_max_num_queries, **params) -> tuple[str,
 
 
 def test_inbox_rows_say_what_waits_in_a_fixed_number_of_queries(reviewer, django_assert_max_num_queries):
-    from tests.approvals.conftest import start_run
-    from tests.approvals.test_views import SUB_AGENT_REFUND
+    from tests.helpers.runs import SUB_AGENT_REFUND, start_run
 
     client, _ = reviewer
     suspend("send-email", dict(EMAIL, subject="Refund <b>now</b>"), thread="t-a", resource="ann")
@@ -186,9 +186,7 @@ def test_inbox_counts_per_agent_are_exact_from_the_counters(reviewer, django_ass
     from django.utils import timezone
 
     from agentrun.core.models import Run, Snapshot
-    from tests.approvals.conftest import start_run
-    from tests.approvals.test_views import SUB_AGENT_REFUND
-    from tests.factories import tool_line
+    from tests.helpers.runs import SUB_AGENT_REFUND, start_run, tool_line
 
     settings.AGENTRUN_AGENT_REVIEWERS = {"billing-agent": ["Billing reviewers"]}
     client, _ = reviewer

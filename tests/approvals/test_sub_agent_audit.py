@@ -17,9 +17,10 @@ from django.core import mail
 from django.test import Client
 
 from agentrun.core.models import Decision, SuspendedToolCall, args_fingerprint
-from tests.api.conftest import token_client, wait_rested
-from tests.factories import start, tool_line, wait_for_tasks
-from tests.notifications.conftest import make_user, sent_emails
+from tests.helpers.notifications import sent_emails
+from tests.helpers.runs import start, tool_line, wait_rested
+from tests.helpers.users import make_user, token_client
+from tests.helpers.waiting import wait_for_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,10 +10,12 @@ import pytest
 from django.urls import resolve, reverse
 
 from agentrun.core.models import Decision, Message, SuspendedToolCall, args_fingerprint
-from tests.approvals.conftest import start_run, suspend, wait_until_final
-from tests.factories import EMAIL
+from tests.helpers.runs import EMAIL, SUB_AGENT_REFUND, start_run, suspend, wait_until_final
+from tests.helpers.users import make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
+# (a decision's continuation, a start or a cancel goes on in another thread, started on commit).
+pytestmark = pytest.mark.django_db
 
 XSS = {"to": "<script>alert(1)</script>@x.test", "subject": '<img src=x onerror="alert(2)">', "body": "b"}
 
@@ -45,9 +47,8 @@ def test_root_redirects_to_the_inbox(client):
 
 
 def test_user_without_a_group_gets_403(groups, client):
-    from django.contrib.auth.models import User
 
-    client.force_login(User.objects.create_user("nobody"))
+    client.force_login(make_user("nobody", group=None))
     assert client.get(reverse("approvals:inbox")).status_code == 403
 
 
@@ -125,6 +126,7 @@ def test_htmx_request_gets_the_partial(reviewer):
 
 
 # --- decisions ---------------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
 def test_approve_with_htmx_replaces_the_call_and_continues(reviewer):
     client, user = reviewer
     run_id = suspend("send-email", EMAIL, thread="t-approve")
@@ -139,6 +141,7 @@ def test_approve_with_htmx_replaces_the_call_and_continues(reviewer):
     assert "Final answer" in page and "send-email: {" in page
 
 
+@pytest.mark.django_db(transaction=True)
 def test_decline_without_js_redirects_to_the_run(reviewer):
     client, _ = reviewer
     run_id = suspend("send-email", EMAIL, thread="t-decline")
@@ -149,6 +152,7 @@ def test_decline_without_js_redirects_to_the_run(reviewer):
     assert "not today" in final
 
 
+@pytest.mark.django_db(transaction=True)
 def test_edit_and_approve_invalid_json_is_shown_inline_and_decides_nothing(reviewer):
     client, _ = reviewer
     run_id = suspend("send-email", EMAIL, thread="t-edit")
@@ -175,6 +179,7 @@ def test_edit_and_approve_invalid_json_is_shown_inline_and_decides_nothing(revie
     assert "bob@example.com" in Message.objects.filter(run_id=run_id, role="assistant").last().content
 
 
+@pytest.mark.django_db(transaction=True)
 def test_resume_form_is_generated_and_validated(reviewer):
     client, _ = reviewer
     run_id = suspend("ask-user", {"question": "Which city?"}, thread="t-ask")
@@ -193,6 +198,7 @@ def test_resume_form_is_generated_and_validated(reviewer):
     wait_until_final(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_someone_else_decided_first_names_them(reviewer, other_reviewer):
     first, _ = other_reviewer
     second, _ = reviewer
@@ -208,6 +214,7 @@ def test_someone_else_decided_first_names_them(reviewer, other_reviewer):
     wait_until_final(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_live_refresh_appends_new_calls_and_reports_decided_ones(reviewer, other_reviewer):
     client, _ = reviewer
     run_id = suspend("send-email", EMAIL, thread="t-live")
@@ -226,6 +233,7 @@ def test_live_refresh_appends_new_calls_and_reports_decided_ones(reviewer, other
     wait_until_final(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_history_filters_and_paginates(reviewer):
     client, user = reviewer
     run_ids = [suspend("send-email", EMAIL, thread=f"t-h{i}") for i in range(3)]
@@ -249,9 +257,7 @@ def test_run_page_shows_steps_messages_and_the_final_answer(reviewer):
     assert 'id="run-stream-state"' in html
 
 
-SUB_AGENT_REFUND = '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"o-1\\", \\"amount\\": 5}"}'
-
-
+@pytest.mark.django_db(transaction=True)
 def test_sub_agent_call_is_one_card_naming_the_sub_agent_and_edits_the_inner_call(reviewer):
     client, _ = reviewer
     run_id = start_run(SUB_AGENT_REFUND, thread="t-sub", agent_id="support-supervisor")
@@ -278,6 +284,7 @@ def test_sub_agent_call_is_one_card_naming_the_sub_agent_and_edits_the_inner_cal
     wait_until_final(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_sub_agent_call_approved_by_a_user_completes(reviewer):
     client, _ = reviewer
     run_id = start_run(SUB_AGENT_REFUND, thread="t-sub2", agent_id="support-supervisor")
@@ -305,6 +312,7 @@ def test_a_stale_fingerprint_is_refused_and_the_card_shows_the_current_arguments
     assert not Decision.objects.filter(run_id=run_id).exists()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_approve_while_the_editor_differs_is_refused(reviewer):
     client, _ = reviewer
     run_id = suspend("send-email", EMAIL, thread="t-differs")
@@ -319,6 +327,7 @@ def test_approve_while_the_editor_differs_is_refused(reviewer):
     wait_until_final(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_high_risk_approval_takes_a_second_step(reviewer):
     client, _ = reviewer
     run_id = suspend("delete-record", {"table": "users", "id": 7}, thread="t-high")
@@ -333,6 +342,7 @@ def test_high_risk_approval_takes_a_second_step(reviewer):
 
 
 @pytest.mark.parametrize("thread", ["a/b", "sp ace", "100%", "x#y", "why?", "ünï/çødé", "t" * 255])
+@pytest.mark.django_db(transaction=True)
 def test_thread_ids_of_any_shape_reach_their_page_and_decide(reviewer, thread):
     client, _ = reviewer
     run_id = suspend("send-email", EMAIL, thread=thread)
@@ -352,6 +362,7 @@ def test_decide_urls_carry_any_tool_call_id(tool_call_id):
     assert match.url_name == "decide" and match.kwargs == {"run_id": "run_1", "tool_call_id": tool_call_id}
 
 
+@pytest.mark.django_db(transaction=True)
 def test_resync_after_offline_gives_every_card_and_who_decided_the_rest(reviewer, other_reviewer):
     client, _ = reviewer
     run_id = suspend("send-email", EMAIL, thread="t-resync")
@@ -371,6 +382,7 @@ def test_resync_after_offline_gives_every_card_and_who_decided_the_rest(reviewer
     wait_until_final(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_decide_all_needs_the_listed_calls_and_decides_all_or_nothing(reviewer, viewer):
     client, _ = reviewer
     runs = [suspend("send-email", EMAIL, thread="t-all"), suspend("send-email", EMAIL, thread="t-all")]
@@ -390,6 +402,7 @@ def test_decide_all_needs_the_listed_calls_and_decides_all_or_nothing(reviewer, 
         wait_until_final(run_id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_always_approve_from_a_stale_card_grants_and_decides_nothing(reviewer):
     from agentrun.core.models import StandingGrant
 

@@ -17,9 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.conftest import api, auth_header, reviewer, viewer, viewer_api  # noqa: F401 - fixtures
-from tests.system.conftest import processes  # noqa: F401 - fixture
-
 ROOT = Path(__file__).resolve().parents[2]
 NODE_SOURCES = Path(__file__).resolve().parent / "node"
 NODE_CACHE = ROOT / "var" / "compat-node"

@@ -11,8 +11,7 @@ from rest_framework.test import APIClient
 
 from agentrun.asgi import application
 from agentrun.core.models import Decision
-from tests.api.conftest import email_run, wait_rested
-from tests.factories import open_call_ids
+from tests.helpers.runs import email_run, open_call_ids, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,9 +10,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from agentrun.core.models import Decision, Run
-from tests.api.asgi_client import AsgiClient, AsgiResponse
-from tests.api.conftest import ask_run, email_run, refund_run, wait_rested
-from tests.factories import open_call_ids, tool_line
+from tests.helpers.asgi import AsgiClient, AsgiResponse
+from tests.helpers.runs import ask_run, email_run, open_call_ids, refund_run, tool_line, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

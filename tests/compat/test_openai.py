@@ -13,9 +13,8 @@ from openai._utils._path import path_template  # how the pinned SDK encodes path
 from rest_framework.test import APIClient
 
 from agentrun.core.models import RunStep
-from tests.api.asgi_client import AsgiClient
-from tests.api.conftest import ask_run, email_run, wait_rested
-from tests.factories import suspended_email_run
+from tests.helpers.asgi import AsgiClient
+from tests.helpers.runs import ask_run, email_run, suspended_email_run, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.conftest import create_reviewer
+from tests.helpers.system import create_reviewer
 
 pytestmark = pytest.mark.system
 

@@ -12,8 +12,6 @@ reaches the pages the browser holds open. Missing chromium or Redis fails the se
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import importlib
 import os
 import re
@@ -22,17 +20,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "artifacts"
-SCREENSHOTS = ARTIFACTS / "screenshots"
-E2E_DIR = ROOT / "var" / "e2e"
+from tests.helpers.browser import ARTIFACTS, E2E_DIR, PASSWORD, ROOT, SLACK_SIGNING_SECRET, e2e_selected, start_run
+
 CHROMIUM = os.environ.get("E2E_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -43,12 +38,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-PASSWORD = "correct-horse-e2e"
 
 E2E_DIR.mkdir(parents=True, exist_ok=True)
 DATABASE_URL = os.environ.get("E2E_DATABASE_URL") or f"sqlite:///{E2E_DIR / 'e2e.sqlite3'}"
 REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/9"
-SLACK_SIGNING_SECRET = "e2e-slack-signing-secret"  # tests/e2e/test_slack.py signs Slack's requests with it
 SERVER_ENV = {
     **os.environ,
     "DEBUG": "1",
@@ -61,14 +54,6 @@ SERVER_ENV = {
 }
 # This process touches the ORM between Playwright's (greenlet-driven) calls.
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
-
-def _e2e_selected(config: pytest.Config) -> bool:
-    expr = (config.getoption("markexpr", "") or "").replace(" ", "")
-    if expr:
-        return "e2e" in expr and "note2e" not in expr
-    args = [str(a).replace(os.sep, "/") for a in config.args]
-    return bool(args) and all("tests/e2e" in a for a in args)
 
 
 def _point_django_at_the_shared_database() -> None:
@@ -93,7 +78,7 @@ def _point_django_at_the_shared_database() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     # Only for the browser run: the normal suite also loads this file and keeps its own test database.
-    if _e2e_selected(config):
+    if e2e_selected(config):
         _point_django_at_the_shared_database()
 
 
@@ -225,53 +210,6 @@ def login(chromium: Any, live_server_url: str, users: dict) -> Iterator[Callable
     assert not dialogs, f"dialogs opened: {dialogs}"
 
 
-def run_python_api(coro_factory: Callable[[], Any]) -> Any:
-    """Run engine code in its own thread and loop: Playwright's sync API holds this thread's loop."""
-
-    def in_thread() -> Any:
-        from django.db import connections
-
-        try:
-            return asyncio.run(coro_factory())
-        finally:
-            connections.close_all()
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(in_thread).result(timeout=60)
-
-
-# --- helpers shared by the browser tests ----------------------------------------------------------
-EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
-DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 375, "height": 800}
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_live(page: Any) -> None:
-    """The page's websocket to ws/approvals/ is open (the header's dot turns green)."""
-    from playwright.sync_api import expect
-
-    expect(page.locator('body[data-live="on"]')).to_have_count(1)
-
-
-def call_card(page: Any, tool_call_id: str) -> Any:
-    return page.locator(f'.call[data-tool-call-id="{tool_call_id}"]')
-
-
-def start_run(agent_id: str, message: str, *, thread: str, resource: str = "cust-42") -> str:
-    """Start a run through the Python API and read it to its end (finished or suspended): its id."""
-    from agentrun import get_agent
-
-    async def go() -> str:
-        stream = await get_agent(agent_id).stream(message, memory={"thread": thread, "resource": resource})
-        await stream.collect()
-        return stream.run_id
-
-    return run_python_api(go)
-
-
 @pytest.fixture
 def suspend() -> Callable[..., tuple[str, str]]:
     """``suspend(tool_id, args, thread=...)`` → (run id, tool call id) of a run waiting on that call."""
@@ -285,11 +223,6 @@ def suspend() -> Callable[..., tuple[str, str]]:
         return run_id, call.tool_call_id
 
     return _suspend
-
-
-def screenshot(page: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 @pytest.fixture(autouse=True)

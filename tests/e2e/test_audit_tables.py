@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agentrun.core.models import SuspendedToolCall
-from tests.e2e.conftest import DESKTOP, PASSWORD, PHONE, run_python_api, screenshot, start_run
+from tests.helpers.browser import DESKTOP, PASSWORD, PHONE, run_python_api, screenshot, start_run
 
 pytestmark = pytest.mark.e2e
 

@@ -15,16 +15,7 @@ from django.urls import reverse
 from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, Run, SuspendedToolCall, ToolEffect, args_fingerprint
-from tests.e2e.conftest import (
-    DESKTOP,
-    EMAIL,
-    PHONE,
-    call_card,
-    screenshot,
-    start_run,
-    unique,
-    wait_live,
-)
+from tests.helpers.browser import DESKTOP, EMAIL, PHONE, call_card, screenshot, start_run, unique, wait_live
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import E2E_DIR, EMAIL, PASSWORD, call_card, unique, wait_live
+from tests.helpers.browser import E2E_DIR, EMAIL, PASSWORD, call_card, unique, wait_live
 
 pytestmark = pytest.mark.e2e
 

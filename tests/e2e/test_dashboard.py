@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, Message, Run, ToolEffect
-from tests.e2e.conftest import EMAIL, call_card, unique, wait_live
+from tests.helpers.browser import EMAIL, call_card, unique, wait_live
 
 pytestmark = pytest.mark.e2e
 

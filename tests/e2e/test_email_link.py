@@ -18,8 +18,8 @@ from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, Run, ToolEffect
 from notifications.delivery import notifier
-from tests.e2e.conftest import E2E_DIR, screenshot
-from tests.factories import wait_for_tasks
+from tests.helpers.browser import E2E_DIR, screenshot
+from tests.helpers.waiting import wait_for_tasks
 
 pytestmark = pytest.mark.e2e
 

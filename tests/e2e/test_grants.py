@@ -12,7 +12,7 @@ from django.urls import reverse
 from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, Run, StandingGrant
-from tests.e2e.conftest import run_python_api, screenshot
+from tests.helpers.browser import run_python_api, screenshot
 
 pytestmark = pytest.mark.e2e
 

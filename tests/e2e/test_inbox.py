@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, Run
-from tests.e2e.conftest import EMAIL, call_card, run_python_api, screenshot, unique, wait_live
+from tests.helpers.browser import EMAIL, call_card, run_python_api, screenshot, unique, wait_live
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, Run, Thread
-from tests.e2e.conftest import DESKTOP, PHONE, screenshot
+from tests.helpers.browser import DESKTOP, PHONE, screenshot
 
 pytestmark = pytest.mark.e2e
 

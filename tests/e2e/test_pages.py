@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, SuspendedToolCall
-from tests.e2e.conftest import EMAIL, run_python_api, start_run, unique, wait_live
+from tests.helpers.browser import EMAIL, run_python_api, start_run, unique, wait_live
 
 pytestmark = pytest.mark.e2e
 
@@ -185,7 +185,7 @@ def test_history_has_thread_resource_zone_diff_and_fits_375px(login):
 
 
 def test_every_page_has_a_favicon_and_a_clean_console(chromium, live_server_url, users):
-    from tests.e2e.conftest import PASSWORD
+    from tests.helpers.browser import PASSWORD
 
     context = chromium.new_context(base_url=live_server_url)
     page = context.new_page()

@@ -12,7 +12,7 @@ from django.urls import reverse
 from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, Run, RunStep, SuspendedToolCall
-from tests.e2e.conftest import DESKTOP, EMAIL, PHONE, call_card, screenshot, start_run, unique, wait_live
+from tests.helpers.browser import DESKTOP, EMAIL, PHONE, call_card, screenshot, start_run, unique, wait_live
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from slack_sdk.signature import SignatureVerifier
 from agentrun.core.models import Decision, SuspendedToolCall
 from notifications import slack
 from notifications.models import SlackDestination, SlackIdentity
-from tests.e2e.conftest import E2E_DIR, EMAIL, SLACK_SIGNING_SECRET, call_card, unique, wait_live
+from tests.helpers.browser import E2E_DIR, EMAIL, SLACK_SIGNING_SECRET, call_card, unique, wait_live
 
 pytestmark = pytest.mark.e2e
 

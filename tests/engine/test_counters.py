@@ -26,16 +26,8 @@ from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.decisions import cancel_on_timeout, cancel_run, expire_due_runs
 from agentrun.engine.providers import usage_dict
 from agentrun.engine.types import Decider, OpenCall, Waiting
-from tests.factories import (
-    EMAIL,
-    bulk_suspended_runs,
-    collect,
-    of_type,
-    record_decision,
-    start,
-    suspended_email_run,
-    tool_line,
-)
+from tests.helpers.decisions import record_decision
+from tests.helpers.runs import EMAIL, bulk_suspended_runs, collect, of_type, start, suspended_email_run, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

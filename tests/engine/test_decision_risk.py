@@ -9,7 +9,8 @@ from django.db.migrations.executor import MigrationExecutor
 
 from agentrun import get_agent
 from agentrun.core.models import Decision, SuspendedToolCall
-from tests.factories import EMAIL, record_decision, start, suspended_email_run, tool_line
+from tests.helpers.decisions import record_decision
+from tests.helpers.runs import EMAIL, start, suspended_email_run, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,7 +46,7 @@ def test_automatic_decisions_keep_the_calls_risk_too():
 
     from agentrun.core.models import Run, Snapshot, StandingGrant
     from agentrun.engine.decisions import expire_run_if_due
-    from tests.notifications.conftest import make_user
+    from tests.helpers.users import make_user
 
     delete = tool_line("delete-record", {"table": "t", "id": 1})
     StandingGrant.objects.create(

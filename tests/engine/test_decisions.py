@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 
 from agentrun import AgentRunError, get_agent, get_run
 from agentrun.core.models import Decision, Snapshot, SuspendedToolCall, ToolEffect
-from tests.factories import (
+from tests.helpers.runs import (
     EMAIL,
     chunk_rows,
     collect,
@@ -301,8 +301,8 @@ async def test_two_reviewers_deciding_both_calls_at_once_get_one_model_answer(ag
     from django.db import connection
 
     from agentrun.engine.loop import Segment
-    from tests.factories import record_decision as decide
-    from tests.factories import steps_of
+    from tests.helpers.decisions import record_decision as decide
+    from tests.helpers.runs import steps_of
 
     stream, _ = await start("support-agent", TWO_EMAILS)
     run_id = stream.run_id
@@ -334,16 +334,14 @@ async def test_two_reviewers_deciding_both_calls_at_once_get_one_model_answer(ag
     assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
 
 
-async def test_a_run_past_its_time_to_live_is_not_listed_and_cannot_be_decided():
-    import asyncio
-
+async def test_a_run_past_its_time_to_live_is_not_listed_and_cannot_be_decided(clock):
     from agentrun.engine.agents import Agent
 
     demo = get_agent("support-agent")
-    short = Agent(id="short-lived-agent", tools=list(demo.tools.values()), model="directive", suspended_run_ttl=0.2)
+    short = Agent(id="short-lived-agent", tools=list(demo.tools.values()), model="directive", suspended_run_ttl=60)
     stream, _ = await collect(short.stream(tool_line("send-email", EMAIL)))
     assert (await short.list_suspended_runs()).total == 1
-    await asyncio.sleep(0.3)
+    clock.advance(61)  # past its time to live
     assert (await short.list_suspended_runs()).total == 0  # before any sweeper ran
     err = await _expect_error("TOOL_CALL_ALREADY_DECIDED", short.approve_tool_call(run_id=stream.run_id))
     assert err.details["decision"] == "expire"
@@ -352,7 +350,7 @@ async def test_a_run_past_its_time_to_live_is_not_listed_and_cannot_be_decided()
     [decision] = await decisions_of(stream.run_id)
     assert (decision.kind, decision.via) == ("expire", "system")
     assert await effects_of(stream.run_id) == []
-    from tests.factories import steps_of
+    from tests.helpers.runs import steps_of
 
     assert [s.status for s in await steps_of(stream.run_id)] == ["expired"]
     assert not await snapshot_exists(stream.run_id)

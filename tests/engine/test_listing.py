@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from agentrun import AgentRunError, get_agent
-from tests.factories import EMAIL, collect, set_created_at, snapshot_exists, suspended_email_run
+from tests.helpers.runs import EMAIL, collect, set_created_at, snapshot_exists, suspended_email_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

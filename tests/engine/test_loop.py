@@ -10,7 +10,7 @@ from agentrun import AgentRunError, get_agent, get_run
 from agentrun.engine.agents import Agent
 from agentrun.engine.store import load_history
 from agentrun.engine.tools import ToolContext, tool
-from tests.factories import (
+from tests.helpers.runs import (
     EMAIL,
     RecordingModel,
     collect,

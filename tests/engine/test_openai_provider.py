@@ -12,7 +12,7 @@ from agentrun import get_run
 from agentrun.demo import echo, lookup_order
 from agentrun.engine.agents import Agent
 from agentrun.engine.providers import OpenAIChatModel
-from tests.factories import collect, final_answer, of_type, steps_of, text_of
+from tests.helpers.runs import collect, final_answer, of_type, steps_of, text_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,8 +18,8 @@ from agentrun.core.models import Decision, ToolEffect
 from agentrun.core.selectors import list_suspended_runs
 from agentrun.engine.loop import Segment
 from agentrun.engine.types import Decider
-from tests.factories import EMAIL, bulk_suspended_runs, final_answer, suspended_email_run
-from tests.factories import record_decision as decide
+from tests.helpers.decisions import record_decision as decide
+from tests.helpers.runs import EMAIL, bulk_suspended_runs, final_answer, suspended_email_run
 
 START = datetime(2024, 1, 1, tzinfo=UTC)
 INDEX_ON_SNAPSHOT = re.compile(

@@ -12,7 +12,7 @@ import agentrun.demo
 from agentrun import get_agent, get_run
 from agentrun.engine import registry
 from agentrun.engine.agents import Agent
-from tests.factories import EMAIL, collect, final_answer, of_type, start, suspended_email_run, tool_line
+from tests.helpers.runs import EMAIL, collect, final_answer, of_type, start, suspended_email_run, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

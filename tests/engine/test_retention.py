@@ -7,7 +7,6 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult
@@ -24,8 +23,9 @@ from agentrun.core.models import (
     WorkerHeartbeat,
 )
 from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
-from tests.approvals.conftest import start_run, suspend, wait_until_final
-from tests.factories import decide_call
+from tests.helpers.decisions import decide_call
+from tests.helpers.runs import start_run, suspend, wait_until_final
+from tests.helpers.users import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,7 +76,7 @@ def records(settings):
     settings.AGENTRUN_RETENTION = RETENTION
     endpoint = WebhookEndpoint.objects.create(url="https://hooks.example.com/x", secret="whsec_eA==")
     second = WebhookEndpoint.objects.create(url="https://hooks.example.com/y", secret="whsec_eA==")
-    user = User.objects.create_user("ret-user")
+    user = make_user("ret-user", group=None)
     old_event, recent_event, untaken_event = _event(40), _event(10), _event(40, handled=False)
     gone = {
         "outbox events": [old_event.pk],

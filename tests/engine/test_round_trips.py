@@ -20,7 +20,8 @@ from agentrun.engine.loop import Segment
 from agentrun.engine.runtime import db
 from agentrun.engine.types import PYTHON, DecisionCommand, DecisionRequest
 from benchmarks.cycle import statement_log
-from tests.factories import EMAIL, of_type, record_decision, start, tool_line
+from tests.helpers.decisions import record_decision
+from tests.helpers.runs import EMAIL, of_type, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agentrun.core.models import Message
-from tests.factories import EMAIL, of_type, start, text_of, tool_line
+from tests.helpers.runs import EMAIL, of_type, start, text_of, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

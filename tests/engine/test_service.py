@@ -24,8 +24,10 @@ from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import Decision, RunChunk, Snapshot, SuspendedToolCall, ToolEffect
 from agentrun.engine import dispatch
 from agentrun.engine.service import Decider, DecisionCommand, DecisionRequest, decide
-from tests.api.asgi_client import AsgiClient
-from tests.factories import EMAIL, decide_call, rested, start, tool_line
+from tests.helpers.asgi import AsgiClient
+from tests.helpers.decisions import decide_call
+from tests.helpers.runs import EMAIL, rested, start, tool_line
+from tests.helpers.users import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,7 +39,7 @@ async def rita() -> User:
     @sync_to_async
     def make() -> User:
         ensure_groups()
-        user = User.objects.create_user("rita", password="pw-rita-12345", is_staff=True, is_superuser=True)
+        user = make_user("rita", password="pw-rita-12345", is_staff=True, is_superuser=True, group=None)
         user.groups.add(Group.objects.get(name=REVIEWERS))
         Token.objects.create(user=user)
         return user

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from agentrun import AgentRunError, get_agent, get_run
 from agentrun.core.models import Decision, ToolEffect, args_fingerprint
 from agentrun.engine.types import Decider
-from tests.factories import collect, final_answer, of_type, start, tool_line
+from tests.helpers.runs import collect, final_answer, of_type, start, tool_line
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

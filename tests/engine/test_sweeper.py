@@ -4,21 +4,19 @@ several sweepers share the work without waiting on each other (``SKIP LOCKED``).
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agentrun.core.models import Decision, Run, Snapshot, SuspendedToolCall, Thread
+from agentrun.core.models import Run, Thread
 from agentrun.engine import lease
 from agentrun.engine.decisions import expire_due_runs
-from tests.factories import bulk_suspended_runs
+from tests.helpers.runs import bulk_suspended_runs, make_due, make_stalled
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-PAST = datetime(2020, 1, 1, tzinfo=UTC)
 
 
 def history(count: int) -> None:
@@ -29,32 +27,6 @@ def history(count: int) -> None:
         for i in range(count)
     ]
     Run.objects.bulk_create(runs, batch_size=5000)
-
-
-def make_due(run_ids: list[str]) -> None:
-    """These waiting runs are past their time to live."""
-    Snapshot.objects.filter(run_id__in=run_ids).update(expires_at=PAST)
-    Run.objects.filter(pk__in=run_ids).update(expires_at=PAST)
-
-
-def make_stalled(lease_expired: list[str], decided: list[str]) -> None:
-    """Runs whose driver died (lease expired), and runs decided long ago that nobody continued."""
-    Run.objects.filter(pk__in=lease_expired).update(
-        status=Run.Status.IN_PROGRESS, lease_owner="host:1:dead", lease_expires_at=PAST
-    )
-    for call in SuspendedToolCall.objects.filter(run_id__in=decided).select_related("run"):
-        decision = Decision.objects.create(
-            run=call.run,
-            agent_id=call.run.agent_id,
-            thread_id=call.run.thread_id,
-            tool_call_id=call.tool_call_id,
-            tool_name=call.tool_name,
-            kind=Decision.Kind.APPROVE,
-            via=Decision.Via.API,
-            args=call.args,
-            decided_at=PAST,  # decisions are append-only: made in the past, not moved there
-        )
-        SuspendedToolCall.objects.filter(pk=call.pk).update(status=SuspendedToolCall.Status.DECIDED, decision=decision)
 
 
 def plans(queries: list[dict], table: str) -> list[str]:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from notifications import signatures
 from notifications.models import WebhookDelivery, WebhookEndpoint
-from tests.api.conftest import email_run, token_client
-from tests.api.test_schema import CHECKS, keep_test_connection, schema  # noqa: F401 - a fixture too
-from tests.notifications.conftest import make_endpoint, make_user, wait_until
+from tests.helpers.notifications import make_endpoint
+from tests.helpers.runs import email_run
+from tests.helpers.schema import CHECKS, schema
+from tests.helpers.users import make_user, token_client, token_of
+from tests.helpers.waiting import wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
+# (a webhook is delivered by a task that starts on commit, in another thread).
+pytestmark = pytest.mark.django_db
 
 BASE = "/api/webhook-endpoints"
 
@@ -125,6 +128,7 @@ def test_superusers_and_staff_with_the_model_permissions_only(root):
     assert token_client(non_staff).get(f"{BASE}/").status_code == 403  # staff, too
 
 
+@pytest.mark.django_db(transaction=True)
 def test_deliveries_list_their_attempts(root, receiver):
     endpoint = make_endpoint(receiver.url, events=["run.suspended"])
     email_run(thread="t-api-deliveries")
@@ -157,7 +161,7 @@ webhook_schema = schema.include(path_regex="^/api/webhook-endpoints")
 def root_header(transactional_db) -> dict[str, str]:
     user = make_user("fuzz-root", group=None, is_staff=True, is_superuser=True)
     make_endpoint("https://hooks.example.com/fuzz")  # something for the item routes to find
-    return {"Authorization": f"Token {Token.objects.get_or_create(user=user)[0].key}"}
+    return {"Authorization": f"Token {token_of(user)}"}
 
 
 @pytest.mark.usefixtures("keep_test_connection")

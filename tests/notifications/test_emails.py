@@ -12,9 +12,11 @@ from django.utils import timezone
 from agentrun.core.models import OutboxEvent
 from notifications import delivery
 from notifications.models import EmailNotice, NotificationPreference
-from tests.api.conftest import ask_run, email_run, refund_run
-from tests.factories import decide_call, wait_for_tasks
-from tests.notifications.conftest import make_user, sent_emails, wait_until
+from tests.helpers.decisions import decide_call
+from tests.helpers.notifications import sent_emails
+from tests.helpers.runs import ask_run, email_run, refund_run
+from tests.helpers.users import make_user
+from tests.helpers.waiting import wait_for_tasks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,9 +15,10 @@ from agentrun.core.models import Decision, Message, ToolEffect
 from agentrun.engine.types import Decider
 from notifications import links
 from notifications.models import DecisionLink
-from tests.api.conftest import email_run, wait_rested
-from tests.factories import decide_call
-from tests.notifications.conftest import make_user, sent_emails
+from tests.helpers.decisions import decide_call
+from tests.helpers.notifications import sent_emails
+from tests.helpers.runs import email_run, wait_rested
+from tests.helpers.users import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

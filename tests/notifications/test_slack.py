@@ -26,11 +26,12 @@ from agentrun.engine.decisions import shown_fingerprint
 from agentrun.engine.types import Decider
 from notifications import slack
 from notifications.models import SlackDelivery, SlackDestination, SlackIdentity, SlackMessage
-from tests.api.conftest import email_run, refund_run, wait_rested
-from tests.factories import decide_call, start, tool_line
-from tests.notifications import slack_fake
-from tests.notifications.conftest import make_user, wait_until
-from tests.notifications.slack_fake import click, command, interact, submission
+from tests.helpers import slack_fake
+from tests.helpers.decisions import decide_call
+from tests.helpers.runs import email_run, refund_run, start, tool_line, wait_rested
+from tests.helpers.slack_fake import click, command, interact, submission
+from tests.helpers.users import make_user
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

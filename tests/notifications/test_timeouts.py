@@ -17,9 +17,10 @@ from django.utils import timezone
 from agentrun import Agent, ToolContext, tool
 from agentrun.core.models import Decision, OutboxEvent, Run, Snapshot, SuspendedToolCall, ToolEffect
 from agentrun.engine import sweeper, timeouts
-from tests.api.conftest import wait_rested
-from tests.factories import bulk_suspended_runs, final_answer, start, tool_line, wait_for_tasks
-from tests.notifications.conftest import make_user, sent_emails
+from tests.helpers.notifications import sent_emails
+from tests.helpers.runs import bulk_suspended_runs, collect, final_answer, start, tool_line, wait_rested
+from tests.helpers.users import make_user
+from tests.helpers.waiting import wait_for_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -147,7 +148,7 @@ def test_the_agents_time_to_live_stays_the_outer_bound():
 def test_a_person_deciding_first_leaves_the_policy_nothing_to_do():
     agent = policy_agent("approve")
     run_id, _ = waiting_run(agent, "t-person-first")
-    async_to_sync(agent.decline_tool_call)(run_id=run_id, reason="no")
+    async_to_sync(collect)(agent.decline_tool_call(run_id=run_id, reason="no"))  # to the run's end
     past_deadline(run_id)
     assert timeouts.sweep()["timed_out"] == 0
     assert list(Decision.objects.values_list("kind", "via")) == [("decline", "python")]

@@ -22,9 +22,11 @@ from agentrun.engine.decisions import cancel_run, expire_due_runs
 from agentrun.engine.types import Decider
 from notifications import delivery
 from notifications.models import WebhookDelivery
-from tests.api.conftest import email_run, wait_rested
-from tests.factories import decide_call, start, wait_for_tasks
-from tests.notifications.conftest import make_endpoint, make_user, wait_until
+from tests.helpers.decisions import decide_call
+from tests.helpers.notifications import make_endpoint
+from tests.helpers.runs import email_run, start, wait_rested
+from tests.helpers.users import make_user
+from tests.helpers.waiting import wait_for_tasks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

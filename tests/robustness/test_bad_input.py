@@ -14,9 +14,9 @@ from asgiref.sync import async_to_sync
 from asgiref.testing import ApplicationCommunicator
 
 from agentrun.core.models import Run, SuspendedToolCall, ToolEffect
-from tests.api.conftest import ask_run, email_run, wait_rested
-from tests.factories import EMAIL, of_type, start
-from tests.robustness.conftest import reviewer_token, row_counts, ws
+from tests.helpers.asgi import communicator as ws
+from tests.helpers.runs import EMAIL, ask_run, email_run, of_type, row_counts, start, wait_rested
+from tests.helpers.users import reviewer_token
 
 MIB = 1024 * 1024
 STREAM = "/api/agents/support-agent/stream"

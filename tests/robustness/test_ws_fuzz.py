@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentrun.core.errors import HTTP_STATUS
-from tests.api.conftest import ask_run, email_run
-from tests.robustness.conftest import reviewer_token, ws
+from tests.helpers.asgi import communicator as ws
+from tests.helpers.runs import ask_run, email_run
+from tests.helpers.users import reviewer_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

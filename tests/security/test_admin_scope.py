@@ -5,22 +5,25 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.admin.utils import quote
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
 from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import Decision, OutboxEvent, Run, RunChunk, SuspendedToolCall
-from tests.api.conftest import email_run
-from tests.factories import decide_call
+from tests.helpers.decisions import decide_call
+from tests.helpers.runs import email_run
+from tests.helpers.users import make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
+# (a decision's continuation starts on commit, in another thread).
+pytestmark = pytest.mark.django_db
 
 SCOPED = ["run", "runstep", "message", "snapshot", "suspendedtoolcall", "decision", "runchunk", "thread"]
 
 
 def staff(name: str, *groups: str) -> Client:
     ensure_groups()
-    user = User.objects.create_user(name, password=f"pw-{name}-12345", is_staff=True)
+    user = make_user(name, password=f"pw-{name}-12345", is_staff=True, group=None)
     user.groups.add(Group.objects.get(name=REVIEWERS))
     for group in groups:
         user.groups.add(Group.objects.get_or_create(name=group)[0])
@@ -30,6 +33,7 @@ def staff(name: str, *groups: str) -> Client:
     return browser
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_staff_user_outside_an_agents_reviewers_reads_none_of_its_records(settings):
     settings.AGENTRUN_AGENT_REVIEWERS = {"support-agent": ["Support reviewers"]}
     waiting = email_run(thread="t-secret-waiting", args={"to": "secret@example.com", "subject": "s", "body": "b"})
@@ -57,7 +61,7 @@ def test_a_staff_user_outside_an_agents_reviewers_reads_none_of_its_records(sett
 
 def test_the_records_the_engine_keeps_are_view_only_for_everyone():
     run_id = email_run(thread="t-side")
-    root = User.objects.create_superuser("root", password="pw-root-12345")
+    root = make_user("root", password="pw-root-12345", group=None, is_staff=True, is_superuser=True)
     browser = Client()
     browser.force_login(root)
     chunk = RunChunk.objects.filter(run_id=run_id).first()

@@ -11,9 +11,10 @@ from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, args_fingerprint
 from agentrun.engine.agents import get_agent
 from agentrun.engine.types import Decider
-from tests.api.asgi_client import AsgiClient
-from tests.factories import collect, rested, start, tool_line
-from tests.security.test_matrix import MAPPING, make_principals, new_thread, run_state, token_of
+from tests.helpers.asgi import AsgiClient
+from tests.helpers.principals import MAPPING, make_principals, new_thread, run_state, token_of
+from tests.helpers.runs import collect, rested, start, tool_line
+from tests.helpers.users import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,8 +103,8 @@ def test_the_setting_is_read_from_the_environment(monkeypatch, raw, expected):
 
 def test_superusers_and_the_unmapped_are_never_hidden(settings, django_user_model):
     settings.AGENTRUN_AGENT_REVIEWERS = MAPPING
-    root = django_user_model.objects.create_superuser("root", password="pw-root-1234")
-    plain = django_user_model.objects.create_user("plain", password="pw-plain-1234")
+    root = make_user("root", password="pw-root-1234", group=None, is_staff=True, is_superuser=True)
+    plain = make_user("plain", password="pw-plain-1234", group=None)
     assert access.hidden_agent_ids(root) == frozenset()
     assert access.hidden_agent_ids(plain) == frozenset(MAPPING)
     assert access.in_agent_scope(plain, "support-supervisor")

@@ -15,7 +15,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.test import Client
@@ -24,10 +24,14 @@ from agentrun.core import receipts
 from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import AuditReceipt, Decision, StandingGrant
 from agentrun.engine.types import Decider
-from tests.api.conftest import email_run
-from tests.factories import decide_call, record_decision, start, tool_line
+from tests.helpers.decisions import decide_call, record_decision
+from tests.helpers.runs import email_run, start, tool_line
+from tests.helpers.users import make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
+# (a grant's or a door's decision continues the run on commit, in another thread; racing deciders each have
+# a connection).
+pytestmark = pytest.mark.django_db
 
 
 def audit(*args: str) -> tuple[int, str]:
@@ -76,9 +80,10 @@ def test_every_decision_gets_a_receipt_and_the_chain_verifies():
     assert code == 0 and "OK: 3 receipt(s) verify" in out, out
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_standing_grants_decision_gets_a_receipt_too():
     ensure_groups()
-    creator = User.objects.create_user("gina-audit")  # a grant works while its creator may decide the agent
+    creator = make_user("gina-audit", group=None)  # a grant works while its creator may decide the agent
     creator.groups.add(Group.objects.get(name=REVIEWERS))
     StandingGrant.objects.create(
         agent_id="support-agent", tool_name="send-email", scope="thread", scope_id="t-gr", created_by=creator
@@ -109,9 +114,10 @@ def test_the_database_refuses_to_change_or_delete_decisions_and_receipts(sql):
     assert audit("verify")[0] == 0
 
 
+@pytest.mark.django_db(transaction=True)
 def test_deleting_the_account_that_decided_keeps_the_record_and_its_proof():
     ensure_groups()
-    rita = User.objects.create_user("rita-audit")
+    rita = make_user("rita-audit", group=None)
     rita.groups.add(Group.objects.get(name=REVIEWERS))
     run_id = email_run(thread="t-account")
     decide_call(agent_id="support-agent", run_id=run_id, kind="decline", decider=Decider.person(rita, via="api"))
@@ -295,7 +301,7 @@ def test_the_embedded_default_generates_its_key_in_the_data_directory(settings, 
 def test_the_admin_decision_list_says_whether_the_chain_verifies(guards_lifted):
     made = decided(2)
     client = Client()
-    client.force_login(User.objects.create_superuser("audit-root"))
+    client.force_login(make_user("audit-root", group=None, is_staff=True, is_superuser=True))
     page = client.get("/admin/agentrun/decision/").content.decode()
     assert "Audit chain verifies: 2 receipt(s)" in page and page.count("✓") >= 2
     raw("UPDATE agentrun_decision SET reason = 'edited' WHERE id = %s", [made[0].pk])
@@ -304,6 +310,7 @@ def test_the_admin_decision_list_says_whether_the_chain_verifies(guards_lifted):
 
 
 # --- concurrency ------------------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
 def test_decisions_recorded_at_once_chain_one_after_the_other():
     run_ids = [email_run(thread=f"t-race-{i}") for i in range(8)]
     errors: list[BaseException] = []

@@ -46,9 +46,9 @@ from agentrun.engine.timeouts import apply_due_timeouts
 from agentrun.engine.types import Decider
 from notifications import links, slack
 from notifications.models import DecisionLink, SlackDestination, SlackIdentity, SlackMessage
-from tests.api.conftest import wait_rested
-from tests.factories import collect, of_type, rested, start, tool_line
-from tests.notifications import slack_fake
+from tests.helpers import slack_fake
+from tests.helpers.runs import collect, of_type, rested, start, tool_line, wait_rested
+from tests.helpers.users import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,7 +85,7 @@ def vault(settings):
 
 @pytest.fixture(autouse=True)
 def slack_workspace(settings):
-    """Slack's stand-in (tests/notifications/slack_fake.py) for the Slack door; no Slack task outlives the test."""
+    """Slack's stand-in (tests/helpers/slack_fake.py) for the Slack door; no Slack task outlives the test."""
     state, stop = slack_fake.serve()
     settings.AGENTRUN_SLACK_API_URL = state.base
     settings.AGENTRUN_SLACK_SIGNING_SECRET = slack_fake.SIGNING_SECRET
@@ -99,7 +99,7 @@ SLACK: list[slack_fake.FakeSlack] = []
 
 
 def person(name: str, *, vault: bool = True) -> User:
-    user = User.objects.create_user(name, password=f"pw-{name}-12345")
+    user = make_user(name, password=f"pw-{name}-12345", group=None)
     user.groups.add(Group.objects.get(name=REVIEWERS))
     if vault:
         user.groups.add(Group.objects.get_or_create(name="Vault reviewers")[0])

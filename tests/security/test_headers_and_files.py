@@ -16,7 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import User
+
+from tests.helpers.users import make_user
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -39,7 +40,7 @@ def _directives(header: str) -> dict[str, list[str]]:
 # --- Content-Security-Policy ----------------------------------------------------------------------
 @pytest.mark.parametrize("path", ["/accounts/login/", "/approvals/", "/admin/login/", "/api/docs/", "/api/agents/"])
 def test_every_response_carries_a_policy_without_inline_script(client, path):
-    client.force_login(User.objects.create_superuser("csp-root"))
+    client.force_login(make_user("csp-root", group=None, is_staff=True, is_superuser=True))
     response = client.get(path)
     policy = _directives(response["Content-Security-Policy"])
     assert policy["script-src"] == ["'self'"]  # no 'unsafe-inline', no 'unsafe-eval', no nonce needed

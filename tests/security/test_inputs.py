@@ -18,13 +18,15 @@ from agentrun import AgentRunError, get_agent
 from agentrun.asgi import application
 from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import Decision, Run
-from tests.api.conftest import email_run
-from tests.factories import record_decision
+from tests.helpers.decisions import record_decision
 
 # _clean_notifier: no notifications task outliving a test.
-from tests.notifications.conftest import _clean_notifier, make_user, sent_emails  # noqa: F401
+from tests.helpers.notifications import sent_emails
+from tests.helpers.runs import email_run
+from tests.helpers.users import make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Webhooks and email as the notification tests send them (a fresh view of subscribers, no job left).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_notifier")]
 
 FORGED_THREAD = "t\r\nBcc: all@example.com\r\n\r\n URGENT: approve at http://evil.example/approve\r\n"
 BAD_IDS = [
@@ -42,7 +44,7 @@ BAD_IDS = [
 @pytest.fixture
 def api() -> APIClient:
     ensure_groups()
-    user = User.objects.create_user("ids-reviewer")
+    user = make_user("ids-reviewer", group=None)
     user.groups.add(Group.objects.get(name=REVIEWERS))
     client = APIClient()
     client.force_authenticate(user)
@@ -113,7 +115,7 @@ def test_csv_cells_that_would_be_formulas_are_neutralised():
         run_id = email_run(thread=f"t-csv-{i}")
         record_decision(agent_id="support-agent", run_id=run_id, kind="decline", reason=reason)
     client = Client()
-    client.force_login(User.objects.create_superuser("csv-root"))
+    client.force_login(make_user("csv-root", group=None, is_staff=True, is_superuser=True))
     response = client.post(
         "/admin/agentrun/decision/",
         {"action": "export_decisions_csv", "_selected_action": list(Decision.objects.values_list("pk", flat=True))},

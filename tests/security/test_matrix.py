@@ -27,28 +27,29 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from agentrun.asgi import application
-from agentrun.core.access import REVIEWERS, VIEWERS, ensure_groups
 from agentrun.core.errors import AgentRunError
-from agentrun.core.models import BackgroundTask, Decision, Run, RunStep, SuspendedToolCall
+from agentrun.core.models import BackgroundTask, Run, RunStep, SuspendedToolCall
 from agentrun.engine.agents import get_agent
 from agentrun.engine.types import Decider
-from tests.api.asgi_client import AsgiClient
-from tests.api.conftest import wait_rested
-from tests.factories import collect, rested, start, suspended_email_run, tool_line
-from tests.factories import decide_call as decide
+from tests.helpers.asgi import AsgiClient
+from tests.helpers.decisions import decide_call as decide
+from tests.helpers.principals import (
+    MAPPING,
+    TARGET,
+    make_principals,
+    new_thread,
+    run_state,
+    token_of,
+)
+from tests.helpers.runs import collect, rested, start, suspended_email_run, tool_line, wait_rested
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TARGET = "support-agent"
-SUPPORT_REVIEWERS = "Support reviewers"
-BILLING_REVIEWERS = "Billing reviewers"
-MAPPING = {TARGET: [SUPPORT_REVIEWERS], "billing-agent": [BILLING_REVIEWERS]}
 PRINCIPALS = ("anonymous", "viewer", "other", "reviewer", "superuser")
 ORIGIN = (b"origin", b"http://localhost")
 
@@ -130,29 +131,6 @@ def scoped(settings):
     BackgroundTask.objects.filter(tool_call_id__startswith=SYNTHETIC_TASK).update(status="cancelled")
 
 
-@sync_to_async
-def make_principals() -> dict[str, User | None]:
-    ensure_groups()  # a transactional test flushed the groups post_migrate made
-
-    def user(name: str, *groups: str, superuser: bool = False) -> User:
-        made = User.objects.create_user(name, password=f"pw-{name}-1234", is_superuser=superuser, is_staff=superuser)
-        made.groups.add(*(Group.objects.get_or_create(name=g)[0] for g in groups))
-        return made
-
-    return {
-        "anonymous": None,
-        "viewer": user("vera", VIEWERS, SUPPORT_REVIEWERS),
-        "other": user("bill", REVIEWERS, BILLING_REVIEWERS),
-        "reviewer": user("rita", REVIEWERS, SUPPORT_REVIEWERS),
-        "superuser": user("root", superuser=True),
-    }
-
-
-@sync_to_async
-def token_of(user: User | None) -> str | None:
-    return None if user is None else Token.objects.get_or_create(user=user)[0].key
-
-
 @dataclass
 class World:
     """A support-agent thread: a run waiting for approval, one for resume data, one decided and done."""
@@ -163,10 +141,6 @@ class World:
     done_run: str
     step_id: str
     task_id: str
-
-
-def new_thread() -> str:
-    return f"sec-{uuid.uuid4().hex[:10]}"
 
 
 async def email_run(thread: str) -> str:
@@ -210,16 +184,6 @@ async def build_world() -> World:
     email, ask = await email_run(thread), await ask_run(thread)
     step_id = await RunStep.objects.filter(run_id=email).values_list("id", flat=True).afirst()
     return World(thread, email, ask, done, step_id, await pending_task(done))
-
-
-@sync_to_async
-def run_state(run_id: str) -> tuple[str, int, int]:
-    """(status, decisions, open calls): what a refused write must leave as it was."""
-    return (
-        Run.objects.get(pk=run_id).status,
-        Decision.objects.filter(run_id=run_id).count(),
-        SuspendedToolCall.objects.filter(run_id=run_id, status=SuspendedToolCall.Status.OPEN).count(),
-    )
 
 
 @sync_to_async

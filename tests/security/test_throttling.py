@@ -21,8 +21,12 @@ from rest_framework.test import APIClient
 
 from agentrun.asgi import application
 from agentrun.core.access import REVIEWERS, ensure_groups
+from tests.helpers.users import make_user
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A test runs in a transaction rolled back at its end; those marked transaction=True need real commits
+# (async tests reach the database from another thread; rate counters key on user ids, which a rolled back
+# insert gives again on SQLite).
+pytestmark = pytest.mark.django_db
 
 ORIGIN = (b"origin", b"http://localhost")
 
@@ -34,7 +38,7 @@ def new_address() -> str:
 
 def reviewer(name: str | None = None, password: str = "right-password-123") -> User:
     ensure_groups()
-    user = User.objects.create_user(name or f"rev-{uuid.uuid4().hex[:8]}", password=password)
+    user = make_user(name or f"rev-{uuid.uuid4().hex[:8]}", password=password, group=None)
     user.groups.add(Group.objects.get(name=REVIEWERS))
     return user
 
@@ -128,6 +132,7 @@ def test_behind_a_trusted_proxy_the_forwarded_address_is_the_one_counted(setting
     assert proxy.get("/api/agents/", HTTP_AUTHORIZATION="Token nope", HTTP_X_FORWARDED_FOR=other).status_code == 401
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_websocket_token_guesses_count_with_rest_ones(settings):
     settings.AGENTRUN_TOKEN_FAILURE_RATE = "2/minute"
     settings.AGENTRUN_TRUSTED_PROXIES = 1
@@ -150,6 +155,7 @@ async def test_websocket_token_guesses_count_with_rest_ones(settings):
 
 
 # --- API use ------------------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)  # counters key on user ids: a rolled back one comes again
 def test_api_use_is_limited_per_person_with_token_and_session_alike(settings):
     settings.AGENTRUN_API_RATE = "4/minute"
     user = reviewer()
@@ -205,6 +211,7 @@ def test_password_reset_requests_are_limited(settings):
 
 
 # --- websockets per person ----------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
 async def test_a_persons_open_websockets_are_capped_with_a_documented_close_code(settings):
     settings.AGENTRUN_WS_MAX_PER_USER = 3
     user = await sync_to_async(reviewer)()

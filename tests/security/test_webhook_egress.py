@@ -16,14 +16,16 @@ from rest_framework.test import APIClient
 
 from agentrun.core.access import VIEWERS, ensure_groups
 from notifications.models import WebhookDelivery, WebhookEndpoint
-from tests.api.conftest import email_run, refund_run
-from tests.factories import wait_for_tasks
 
 # receiver: a real HTTP receiver on 127.0.0.1; _clean_notifier: AGENTRUN_WEBHOOK_ALLOW_PRIVATE on (for it),
 # and no notifications task outliving a test.
-from tests.notifications.conftest import _clean_notifier, make_endpoint, receiver, wait_until  # noqa: F401
+from tests.helpers.notifications import make_endpoint
+from tests.helpers.runs import email_run, refund_run
+from tests.helpers.users import make_user
+from tests.helpers.waiting import wait_for_tasks, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Webhooks and email as the notification tests send them (a fresh view of subscribers, no job left).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_notifier")]
 
 BASE = "/api/webhook-endpoints"
 
@@ -47,7 +49,7 @@ PROBES = [
 @pytest.fixture
 def root() -> APIClient:
     client = APIClient()
-    client.force_authenticate(User.objects.create_superuser("root"))
+    client.force_authenticate(make_user("root", group=None, is_staff=True, is_superuser=True))
     return client
 
 
@@ -75,7 +77,7 @@ def test_a_change_to_a_url_reaching_inside_is_refused_too(root, default_egress):
 
 
 def test_the_admin_form_refuses_it_as_well(default_egress, client):
-    client.force_login(User.objects.create_superuser("admin-root"))
+    client.force_login(make_user("admin-root", group=None, is_staff=True, is_superuser=True))
     response = client.post(
         "/admin/notifications/webhookendpoint/add/", {"url": "http://169.254.169.254/", "format": "standard"}
     )
@@ -150,7 +152,7 @@ def test_the_delivery_log_never_echoes_what_answered(settings, banner):
 
 def _staff(name: str, *groups: str) -> User:
     ensure_groups()
-    user = User.objects.create_user(name, is_staff=True)
+    user = make_user(name, is_staff=True, group=None)
     for group in groups:
         user.groups.add(Group.objects.get_or_create(name=group)[0])
     return user

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentrun import get_agent
 from agentrun.core.logcontext import ContextFilter, JsonFormatter, bound
-from tests.factories import suspended_email_run
+from tests.helpers.runs import suspended_email_run
 
 
 @pytest.mark.django_db

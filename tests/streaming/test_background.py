@@ -11,6 +11,7 @@ from agentrun.core.models import BackgroundTask, Message, Run
 from agentrun.engine.agents import Agent, get_agent
 from agentrun.engine.background import PLACEHOLDER, cancel
 from agentrun.engine.tools import tool
+from tests.helpers.waiting import async_wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,6 +84,9 @@ async def test_plain_stream_without_until_idle_returns_after_the_first_turn():
     chunks = await asyncio.wait_for(stream.collect(), timeout=10)
     assert [c["type"] for c in chunks].count("finish") == 1
     assert (await Run.objects.aget(pk=stream.run_id)).status == Run.Status.COMPLETED
+    # The task goes on after the stream ended, on this test's event loop: it lands before the test ends.
+    completed = BackgroundTask.objects.filter(run_id=stream.run_id, status=BackgroundTask.Status.COMPLETED)
+    await async_wait_until(completed.aexists, 10, "the background task to complete")
 
 
 flaky_calls: dict[str, int] = {}
@@ -130,8 +134,12 @@ async def test_per_agent_limit_queues_tasks_and_cancel_of_a_queued_task():
         memory={"thread": "bg-5"},
         until_idle=True,
     )
-    await asyncio.sleep(0.3)
-    rows = [r async for r in BackgroundTask.objects.filter(run_id=stream.run_id).order_by("created_at")]
+
+    async def first_one_running() -> list[BackgroundTask] | None:
+        rows = [r async for r in BackgroundTask.objects.filter(run_id=stream.run_id).order_by("created_at")]
+        return rows if len(rows) == 3 and rows[0].status == "running" else None
+
+    rows = await async_wait_until(first_one_running, 10, "the first of the three tasks to run")
     assert [r.status for r in rows] == ["running", "pending", "pending"], "limit 1: the others wait"
     await cancel(rows[2].id)
     chunks = await asyncio.wait_for(stream.collect(), timeout=20)

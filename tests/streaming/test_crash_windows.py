@@ -20,7 +20,7 @@ from agentrun.engine.decisions import cancel_run
 from agentrun.engine.dispatch import continue_run
 from agentrun.engine.loop import Segment
 from agentrun.engine.types import Decider
-from tests.factories import record_decision as decide
+from tests.helpers.decisions import record_decision as decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

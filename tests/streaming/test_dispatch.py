@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 
 from agentrun.core.models import Run, RunChunk
 from agentrun.engine.agents import follow, get_agent
-from tests.factories import decide_call
+from tests.helpers.decisions import decide_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,11 +23,11 @@ from agentrun.engine.agents import Agent, get_agent
 from agentrun.engine.dispatch import continue_run
 from agentrun.engine.tools import ToolContext, tool
 from agentrun.engine.types import Decider
-from tests.api.asgi_client import AsgiClient
-from tests.api.test_sse import parse
-from tests.factories import record_decision as decide
-from tests.factories import rested
-from tests.streaming.test_websockets import EMAIL, communicator, receive_until, reviewer_token
+from tests.helpers.asgi import AsgiClient, communicator, parse, receive_until
+from tests.helpers.decisions import record_decision as decide
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.runs import rested
+from tests.helpers.users import reviewer_token
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,7 @@ from agentrun.core.models import BackgroundTask, Decision, Run, SuspendedToolCal
 from agentrun.engine.agents import get_agent
 from agentrun.engine.sweeper import sweep_once
 from agentrun.engine.types import Decider
-from tests.factories import record_decision as decide
+from tests.helpers.decisions import record_decision as decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,12 +54,12 @@ async def test_a_run_whose_driver_died_mid_execution_is_continued_and_the_tool_r
     assert await Decision.objects.filter(run_id=run_id).acount() == 1
 
 
-async def test_a_decision_whose_continuation_was_never_dispatched_is_continued(settings):
-    settings.AGENTRUN_LEASE_SECONDS = 0.2
+async def test_a_decision_whose_continuation_was_never_dispatched_is_continued(settings, clock):
+    settings.AGENTRUN_LEASE_SECONDS = 30
     run_id = await suspended_email_run("rec-2")
     await sync_to_async(decide)(agent_id="support-agent", run_id=run_id, kind="approve", decider=Decider.system("ops"))
     assert (await sweep_once())["stalled"] == 0, "within the grace period nothing is taken over"
-    await asyncio.sleep(0.3)
+    clock.advance(31)  # past the grace period (one lease period)
     assert (await sweep_once())["stalled"] == 1
     await wait_for_status(run_id, Run.Status.COMPLETED)
     assert await ToolEffect.objects.filter(run_id=run_id).acount() == 1

@@ -16,9 +16,11 @@ from agentrun.core import outages
 from agentrun.core.fanout import RunPublisher
 from agentrun.engine.agents import get_agent
 from agentrun.engine.types import Decider
-from tests.factories import record_decision as decide
-from tests.streaming.test_websockets import EMAIL, communicator, receive_until, reviewer_token
-from tests.system.conftest import PrivateRedis
+from tests.helpers.asgi import communicator, receive_until
+from tests.helpers.decisions import record_decision as decide
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.system import PrivateRedis
+from tests.helpers.users import reviewer_token
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,9 @@ from agentrun.core.fanout import RunPublisher, SubscriberReset, subscribe
 from agentrun.engine.agents import get_agent
 from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.loop import TAKEOVER_FINISH
-from tests.streaming.test_websockets import EMAIL, communicator, receive_until, reviewer_token
+from tests.helpers.asgi import communicator, receive_until
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.users import reviewer_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,8 +131,7 @@ async def test_the_run_event_stream_ends_with_a_reset_event_whose_id_is_the_seq_
     from django.utils import timezone
 
     from agentrun.core.models import Run
-    from tests.api.asgi_client import AsgiClient
-    from tests.api.test_sse import parse
+    from tests.helpers.asgi import AsgiClient, parse
 
     token = await reviewer_token("tk-sse")
     run_id, last = await suspended_run()
@@ -149,6 +150,7 @@ async def test_the_run_event_stream_ends_with_a_reset_event_whose_id_is_the_seq_
         events += parse(part)
     assert [e["event"] for e in events] == ["chunk", "chunk", "chunk", "chunk", "reset"]
     assert events[-1] == {"id": str(agreed), "event": "reset", "data": f'{{"resumeAfter": {agreed}}}'}
+    await Run.objects.filter(pk=run_id).aupdate(lease_owner=None, lease_expires_at=None)  # the staged driver goes
 
 
 # --- issue 25 E: the log decides, whatever reaches the subscriber when --------------------------------

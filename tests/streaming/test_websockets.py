@@ -9,39 +9,13 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from agentrun.asgi import application
-from agentrun.core.access import REVIEWERS, ensure_groups
 from agentrun.core.models import RunChunk, ToolEffect
 from agentrun.engine.agents import get_agent
+from tests.helpers.asgi import ORIGIN, communicator, receive_until
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.users import reviewer_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-EMAIL = '/tool send-email {"to": "ada@example.com", "subject": "Hi", "body": "Hello"}'
-ORIGIN = [(b"origin", b"http://localhost")]
-
-
-@sync_to_async
-def reviewer_token(username: str = "rita") -> str:
-    from django.contrib.auth.models import Group, User
-    from rest_framework.authtoken.models import Token
-
-    ensure_groups()
-    user = User.objects.create_user(username, password="pw-12345678")
-    user.groups.add(Group.objects.get(name=REVIEWERS))
-    return Token.objects.create(user=user).key
-
-
-def communicator(path: str, token: str) -> WebsocketCommunicator:
-    sep = "&" if "?" in path else "?"
-    return WebsocketCommunicator(application, f"{path}{sep}token={token}", headers=ORIGIN)
-
-
-async def receive_until(comm: WebsocketCommunicator, predicate, timeout: float = 10) -> list[dict]:
-    frames = []
-    while True:
-        frame = await comm.receive_json_from(timeout=timeout)
-        frames.append(frame)
-        if predicate(frame):
-            return frames
 
 
 async def test_subscriber_mid_run_gets_replay_then_live_then_close_when_final():

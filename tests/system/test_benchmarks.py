@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.system.conftest import ROOT
+from tests.helpers.system import ROOT
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres]
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 import requests
 from django.db import connection
 
-from tests.system.conftest import create_reviewer
+from tests.helpers.system import create_reviewer, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -19,6 +18,17 @@ def sessions() -> set[tuple[int, str]]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pid, backend_start::text FROM pg_stat_activity WHERE datname = current_database()")
         return set(cursor.fetchall())
+
+
+def subscribed(run_ids: list[str]) -> bool:
+    """Each run has a subscriber on the channel layer: a server's stream joined the run's group (its
+    Redis pub/sub channel, ``<prefix>__group__run.<id>`` with channels_redis' default prefix)."""
+    import redis
+    from django.conf import settings
+
+    with redis.Redis.from_url(settings.REDIS_URL) as client:
+        counts = dict(client.pubsub_numsub(*(f"asgi__group__run.{run_id}" for run_id in run_ids)))
+    return all(count > 0 for count in counts.values()) and len(counts) == len(run_ids)
 
 
 def test_requests_reuse_pooled_connections_instead_of_opening_one_each(processes):
@@ -66,7 +76,8 @@ def test_open_event_streams_do_not_hold_the_pools_connections(processes):
             head = f"GET /api/runs/{run.id}/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n"
             sock.sendall(f"{head}\r\n".encode())
             streams.append(sock)
-        time.sleep(1)  # every stream has read the log and the run's state, and waits
+        # Every stream is in its run's group (it reads the log and the run's state from there on), and waits.
+        wait_until(lambda: subscribed([run.id for run in queued]), 20, "every stream to join its run's group")
         answer = requests.get(f"http://127.0.0.1:{port}/api/agents/", headers={"Authorization": f"Token {token}"})
         assert answer.status_code == 200, answer.text[:300]
     finally:

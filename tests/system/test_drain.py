@@ -13,8 +13,7 @@ import uuid
 import pytest
 import requests
 
-from tests.system.conftest import create_reviewer, figures, wait_until
-from tests.system.test_faults import SLOW, Api, lease_pid
+from tests.helpers.system import SLOW, Api, create_reviewer, figures, lease_pid, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

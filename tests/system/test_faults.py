@@ -11,56 +11,11 @@ import signal
 import time
 
 import pytest
-import requests
 import websockets
 
-from tests.system.conftest import create_reviewer, wait_until
+from tests.helpers.system import ORIGIN, SLOW, Api, create_reviewer, lease_pid, sse_events, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-ORIGIN = {"origin": "http://localhost"}
-SLOW = '/tool slow-send {{"to": "ada@example.com", "seconds": {seconds}}}'
-
-
-class Api:
-    def __init__(self, port: int, token: str) -> None:
-        self.port = port
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Token {token}"
-        self.token = token
-
-    def post(self, path: str, body: dict, **kwargs) -> requests.Response:
-        return self.session.post(f"http://127.0.0.1:{self.port}{path}", json=body, timeout=30, **kwargs)
-
-    def get(self, path: str, **kwargs) -> requests.Response:
-        return self.session.get(f"http://127.0.0.1:{self.port}{path}", timeout=30, **kwargs)
-
-    def run(self, run_id: str) -> dict:
-        return self.get(f"/api/runs/{run_id}").json()
-
-    def wait_final(self, run_id: str, seconds: float) -> dict:
-        return wait_until(
-            lambda: (r := self.run(run_id))["status"] in ("completed", "failed", "cancelled", "expired") and r,
-            seconds,
-            f"run {run_id} to end",
-            interval=0.2,
-        )
-
-
-def sse_events(response: requests.Response):
-    """(id, event, data) of a ``text/event-stream`` response."""
-    event_id, event, data = None, None, []
-    for raw in response.iter_lines(decode_unicode=True):
-        if raw == "":
-            if data:
-                yield event_id, event, "\n".join(data)
-            event_id, event, data = None, None, []
-        elif raw.startswith("id:"):
-            event_id = raw[3:].strip()
-        elif raw.startswith("event:"):
-            event = raw[6:].strip()
-        elif raw.startswith("data:"):
-            data.append(raw[5:].strip())
 
 
 async def watch(port: int, token: str, run_id: str, after: int = 0, seconds: float = 30) -> tuple[list[dict], int]:
@@ -85,10 +40,6 @@ def replay(port: int, token: str, run_id: str, after: int = 0) -> list[dict]:
 def assert_contiguous(chunks: list[dict], start: int = 1) -> None:
     seqs = [c["seq"] for c in chunks]
     assert seqs == list(range(start, start + len(seqs))), seqs
-
-
-def lease_pid(owner: str | None) -> int | None:
-    return int(owner.split(":")[1]) if owner and not owner.startswith("dispatch:") else None
 
 
 # --- a tool exception, a model exception ------------------------------------------------------------

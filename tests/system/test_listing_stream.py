@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from benchmarks.seed import seed
-from tests.system.conftest import create_reviewer, wait_until
+from tests.helpers.system import create_reviewer, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

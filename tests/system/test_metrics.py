@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentrun.core.models import Run, SuspendedToolCall
 from agentrun.engine.agents import get_agent
-from tests.system.test_processes import EMAIL, reviewer_token
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.users import reviewer_token
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -65,7 +66,7 @@ def route_count(samples: dict, route_end: str) -> float:
 
 async def test_two_web_processes_and_a_worker_are_counted_once_whichever_is_scraped(processes, tmp_path):
     shared = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"), "AGENTRUN_METRICS_TOKEN": SCRAPE_TOKEN}
-    token = await reviewer_token()
+    token = await reviewer_token("sysrev")
     _, port_a = processes.daphne("web-a", env=shared)
     _, port_b = processes.daphne("web-b", env=shared)
     processes.worker("worker", interval=0.2, env=shared)

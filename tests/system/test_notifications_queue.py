@@ -15,8 +15,9 @@ from django_tasks_db.models import DBTaskResult
 from agentrun.core.models import Run, SuspendedToolCall
 from agentrun.engine.agents import get_agent
 from notifications.models import WebhookDelivery, WebhookEndpoint
-from tests.notifications.conftest import endpoint_owner, receiver  # noqa: F401 - the real HTTP receiver fixture
-from tests.system.test_processes import EMAIL, reviewer_token
+from tests.helpers.notifications import endpoint_owner
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.users import reviewer_token
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -36,7 +37,7 @@ async def test_a_decision_webhook_is_delivered_and_retried_by_the_notifications_
         url=receiver.url, secret="whsec_c3lzdGVt", events=["toolcall.decided"], owner=owner
     )
     fast = {"AGENTRUN_WEBHOOK_RETRY_SECONDS": "0.5"}
-    token = await reviewer_token()
+    token = await reviewer_token("sysrev")
     _, port = processes.daphne("daphne", env=fast)
     processes.worker("worker", interval=0.2, env=fast)
     stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "sys-hooks"})

@@ -24,8 +24,8 @@ import pytest
 import requests
 import websockets
 
-from tests.system.clients import ORIGIN, Cluster, Subscribers
-from tests.system.conftest import create_reviewer, figures, wait_until
+from tests.helpers.cluster import ORIGIN, Cluster, Subscribers
+from tests.helpers.system import create_reviewer, figures, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -12,23 +12,26 @@ import websockets
 from asgiref.sync import sync_to_async
 
 from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
+from tests.helpers.runs import EMAIL_LINE as EMAIL
+from tests.helpers.users import reviewer_token
+from tests.helpers.waiting import async_wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-EMAIL = '/tool send-email {"to": "ada@example.com", "subject": "Hi", "body": "Hello"}'
-
 
 @sync_to_async
-def reviewer_token() -> str:
-    from django.contrib.auth.models import Group, User
-    from rest_framework.authtoken.models import Token
+def worker_listens() -> bool:
+    """A session of the test database waits on ``LISTEN agentrun_tasks`` (its last statement)."""
+    from django.db import connection
 
-    from agentrun.core.access import REVIEWERS, ensure_groups
+    from agentrun.management.commands.agentrun_worker import WAKEUP_CHANNEL
 
-    ensure_groups()
-    user = User.objects.create_user("sysrev", password="pw-12345678")
-    user.groups.add(Group.objects.get(name=REVIEWERS))
-    return Token.objects.create(user=user).key
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [f"LISTEN {WAKEUP_CHANNEL}"],
+        )
+        return cursor.fetchone()[0] > 0
 
 
 def ws_url(port: int, path: str, token: str) -> str:
@@ -47,7 +50,7 @@ async def frames_until_finish(ws, timeout: float = 20) -> list[dict]:
 
 
 async def test_a_run_approved_through_one_server_streams_to_a_watcher_on_the_other(processes):
-    token = await reviewer_token()
+    token = await reviewer_token("sysrev")
     _, port_a = processes.daphne("daphne-a")
     _, port_b = processes.daphne("daphne-b")
     processes.worker("worker")  # a run started over a socket goes through the Tasks framework
@@ -81,7 +84,7 @@ async def test_a_run_approved_through_one_server_streams_to_a_watcher_on_the_oth
 async def test_killing_the_process_running_a_continuation_does_not_lose_or_repeat_it(processes):
     from tests.system.slow_agents import slow_agent
 
-    token = await reviewer_token()
+    token = await reviewer_token("sysrev")
     _, port = processes.daphne("daphne")
     workers = {w.pid: w for w in (processes.worker("worker-1"), processes.worker("worker-2"))}
 
@@ -129,16 +132,16 @@ async def test_an_idle_worker_is_woken_by_a_decision_not_by_its_poll(processes):
     from agentrun.engine.agents import get_agent
 
     slow_fallbacks = {"AGENTRUN_LEASE_SECONDS": "60"}
-    token = await reviewer_token()
+    token = await reviewer_token("sysrev")
     _, port = processes.daphne("daphne", env=slow_fallbacks)
     processes.worker("worker", interval=60, env=slow_fallbacks)
     stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "sys-wake"})
     assert (await stream.collect())[-1]["payload"]["finishReason"] == "suspended"
-    for _ in range(200):  # the worker is up (its first sweep) and past its first poll: idle, listening
-        if await WorkerHeartbeat.objects.filter(role="worker").aexists():
-            break
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(3)
+    # The worker is up (its first sweep) and past its first poll: idle, listening.
+    await async_wait_until(
+        lambda: WorkerHeartbeat.objects.filter(role="worker").aexists(), 60, "the worker's first heartbeat"
+    )
+    await async_wait_until(worker_listens, 60, "the worker to LISTEN for enqueued tasks")
 
     origin = {"origin": "http://localhost"}
     async with websockets.connect(ws_url(port, "/ws/agents/support-agent/", token), additional_headers=origin) as ws:

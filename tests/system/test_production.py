@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from tests.system.conftest import Processes, figures, wait_until
+from tests.helpers.system import Processes, figures, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import pytest
 
 from agentrun.core.models import Decision, Run, RunChunk, ToolEffect
-from tests.system.clients import Cluster, Subscribers
-from tests.system.conftest import create_reviewer, figures, wait_until
+from tests.helpers.cluster import Cluster, Subscribers
+from tests.helpers.system import create_reviewer, figures, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -13,8 +13,7 @@ import threading
 import pytest
 import websockets
 
-from tests.system.conftest import create_reviewer, wait_until
-from tests.system.test_faults import ORIGIN, Api, lease_pid, sse_events
+from tests.helpers.system import ORIGIN, Api, create_reviewer, lease_pid, sse_events, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

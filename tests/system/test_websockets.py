@@ -11,7 +11,7 @@ import pytest
 import requests
 import websockets
 
-from tests.system.conftest import create_reviewer, figures
+from tests.helpers.system import create_reviewer, figures
 
 pytestmark = [pytest.mark.system, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

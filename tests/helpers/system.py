@@ -1,4 +1,5 @@
-"""Real processes: daphne servers and agentrun workers on the test database (PostgreSQL) and Redis."""
+"""Real processes: agentrun's web servers and workers on the test database (PostgreSQL) and Redis,
+private PostgreSQL and Redis servers a fault may restart, and the clients of the processes' API."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
+
+from tests.helpers import waiting
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -36,15 +40,9 @@ def deadline(seconds: float) -> float:
 
 
 def wait_until(predicate, seconds: float, what: str, interval: float = 0.1):
-    """Poll ``predicate`` until it returns something truthy; fail after ``seconds``."""
-    end = deadline(seconds)
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {seconds}s waiting for {what}")
-        time.sleep(interval)
+    """Poll ``predicate`` until it returns something truthy; fail after ``seconds`` (the processes are
+    asked over the network: a slower poll than in-process waits)."""
+    return waiting.wait_until(predicate, seconds, what, interval)
 
 
 def free_port() -> int:
@@ -343,3 +341,53 @@ def create_reviewer(processes: Processes, username: str) -> str:
     )
     out = processes.manage("shell", "-c", code)
     return next(line[6:] for line in out.splitlines() if line.startswith("TOKEN="))
+
+
+# --- the processes' API, as a client sees it -------------------------------------------------------
+ORIGIN = {"origin": "http://localhost"}
+SLOW = '/tool slow-send {{"to": "ada@example.com", "seconds": {seconds}}}'
+
+
+class Api:
+    def __init__(self, port: int, token: str) -> None:
+        self.port = port
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Token {token}"
+        self.token = token
+
+    def post(self, path: str, body: dict, **kwargs) -> requests.Response:
+        return self.session.post(f"http://127.0.0.1:{self.port}{path}", json=body, timeout=30, **kwargs)
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        return self.session.get(f"http://127.0.0.1:{self.port}{path}", timeout=30, **kwargs)
+
+    def run(self, run_id: str) -> dict:
+        return self.get(f"/api/runs/{run_id}").json()
+
+    def wait_final(self, run_id: str, seconds: float) -> dict:
+        return wait_until(
+            lambda: (r := self.run(run_id))["status"] in ("completed", "failed", "cancelled", "expired") and r,
+            seconds,
+            f"run {run_id} to end",
+            interval=0.2,
+        )
+
+
+def sse_events(response: requests.Response):
+    """(id, event, data) of a ``text/event-stream`` response."""
+    event_id, event, data = None, None, []
+    for raw in response.iter_lines(decode_unicode=True):
+        if raw == "":
+            if data:
+                yield event_id, event, "\n".join(data)
+            event_id, event, data = None, None, []
+        elif raw.startswith("id:"):
+            event_id = raw[3:].strip()
+        elif raw.startswith("event:"):
+            event = raw[6:].strip()
+        elif raw.startswith("data:"):
+            data.append(raw[5:].strip())
+
+
+def lease_pid(owner: str | None) -> int | None:
+    return int(owner.split(":")[1]) if owner and not owner.startswith("dispatch:") else None

@@ -1,5 +1,6 @@
-"""A minimal HTTP client over the real ASGI application (``agentrun.asgi.application``).
+"""The real ASGI application (``agentrun.asgi.application``) driven in process: HTTP, websockets, SSE.
 
+``AsgiClient`` is a minimal HTTP client over it.
 Django's AsyncClient skips the ASGI handler (no per-request thread-sensitive context, no streaming to a
 socket, no disconnects); this one speaks ASGI messages, so event streams arrive as they are sent
 and a test can hang up mid-stream like a browser does.
@@ -14,6 +15,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from asgiref.testing import ApplicationCommunicator
+from channels.testing import WebsocketCommunicator
+
+ORIGIN = [(b"origin", b"http://localhost")]
 
 
 class AsgiResponse:
@@ -96,3 +100,35 @@ class AsgiClient:
 
     async def post(self, url: str, body: Any = None, **kwargs: Any) -> AsgiResponse:
         return await self.request("POST", url, json_body=body if body is not None else {}, **kwargs)
+
+
+def communicator(path: str, token: str) -> WebsocketCommunicator:
+    """A websocket to ``path`` of the application, signed in with ``token``, from an allowed origin."""
+    from agentrun.asgi import application
+
+    sep = "&" if "?" in path else "?"
+    return WebsocketCommunicator(application, f"{path}{sep}token={token}", headers=ORIGIN)
+
+
+async def receive_until(comm: WebsocketCommunicator, predicate: Any, timeout: float = 10) -> list[dict]:
+    """The frames received until (and with) the first one ``predicate`` accepts."""
+    frames = []
+    while True:
+        frame = await comm.receive_json_from(timeout=timeout)
+        frames.append(frame)
+        if predicate(frame):
+            return frames
+
+
+def parse(raw: bytes) -> list[dict]:
+    """SSE frames → [{id?, event, data}]."""
+    events = []
+    for frame in raw.decode().split("\n\n"):
+        if not frame.strip():
+            continue
+        event: dict = {}
+        for line in frame.split("\n"):
+            name, _, value = line.partition(": ")
+            event[name] = value
+        events.append(event)
+    return events

@@ -1,4 +1,4 @@
-"""Helpers that build runs the way a user would (through the engine), in one place.
+"""Runs built the way a user builds them (through the engine), and waits for them to rest.
 
 Runs are started with the offline ``directive`` model (docs/runs.md#the-offline-model): a line
 ``/tool <id> <json>`` of the user message makes a tool call. ``RecordingModel`` is the one scripted
@@ -9,46 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.tasks import task_backends
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
-from agentrun.core.models import Message, Run, RunChunk, RunStep, Snapshot
+from agentrun.core.models import Decision, Run, RunChunk, RunStep, Snapshot, SuspendedToolCall
+from agentrun.engine import store
 from agentrun.engine.agents import get_agent
-from agentrun.engine.decisions import DecisionOutcome, record_decisions
 from agentrun.engine.providers import DirectiveModel
-from agentrun.engine.service import decide
-from agentrun.engine.types import PYTHON, Decider, DecisionCommand
 
 EMAIL = {"to": "ann@example.com", "subject": "Your order", "body": "It shipped."}
+# The same email as one line of a user message (the directive model's tool call).
+EMAIL_LINE = '/tool send-email {"to": "ada@example.com", "subject": "Hi", "body": "Hello"}'
+# A supervisor's call of the billing agent as a sub-agent, which asks for a refund.
+SUB_AGENT_REFUND = '/tool agent-billing-agent {"message": "/tool refund {\\"orderId\\": \\"o-1\\", \\"amount\\": 5}"}'
 
 
 def tool_line(tool_id: str, args: dict | str) -> str:
     return f"/tool {tool_id} {args if isinstance(args, str) else json.dumps(args)}"
-
-
-def wait_for_tasks(timeout: float = 30.0, queue: str = "notifications") -> None:
-    """Until the in-process task backend runs no task of ``queue`` (retries waiting for their time
-    aside): webhooks and email by default."""
-    task_backends["default"].wait_idle(timeout, queue=queue)
-
-
-def record_decision(
-    *, agent_id: str, run_id: str, kind: str, decider: Decider = PYTHON, **request: Any
-) -> DecisionOutcome:
-    """The decision transaction alone, with no continuation queued: what a process that died right
-    after the commit leaves behind (the sweeper continues such runs), or a test drives itself."""
-    return record_decisions(
-        DecisionCommand.one(agent_id=agent_id, run_id=run_id, kind=kind, decider=decider, **request)
-    )
-
-
-def decide_call(*, agent_id: str, run_id: str, kind: str, decider: Decider = PYTHON, **request: Any) -> DecisionOutcome:
-    """One decision through the decision service (its continuation queued), as a door makes it."""
-    return decide(DecisionCommand.one(agent_id=agent_id, run_id=run_id, kind=kind, decider=decider, **request))
 
 
 def is_rested(run: Run) -> bool:
@@ -129,16 +112,103 @@ def chunk_rows(run_id: str) -> list[RunChunk]:
     return list(RunChunk.objects.filter(run_id=run_id).order_by("seq"))
 
 
-@sync_to_async
-def final_answer(run_id: str) -> str:
-    """The content of the run's last assistant message: what the user reads."""
-    message = Message.objects.filter(run_id=run_id, role=Message.Role.ASSISTANT).order_by("created_at", "id").last()
-    return message.content if message else ""
+# The content of the run's last assistant message (what the user reads), as the engine reads it.
+final_answer = sync_to_async(store.final_answer)
 
 
 @sync_to_async
 def snapshot_exists(run_id: str) -> bool:
     return Snapshot.objects.filter(run_id=run_id).exists()
+
+
+# --- from a synchronous test (its thread's database connection is the engine's) -------------------
+def email_run(**kwargs: Any) -> str:
+    """A support-agent run waiting for approval of one send-email call (made by the engine)."""
+    return async_to_sync(suspended_email_run)(**kwargs)
+
+
+def refund_run(*, thread: str = "thread-refund", resource: str = "user-1") -> str:
+    """A billing-agent run waiting for approval of one refund call."""
+    stream, _ = async_to_sync(start)(
+        "billing-agent", tool_line("refund", {"orderId": "o-1", "amount": 5}), thread=thread, resource=resource
+    )
+    return stream.run_id
+
+
+def ask_run(*, thread: str = "thread-ask", resource: str = "user-1") -> str:
+    """A support-agent run whose ask-user call suspended for resume data."""
+    stream, _ = async_to_sync(start)(
+        "support-agent", tool_line("ask-user", {"question": "Which city?"}), thread=thread, resource=resource
+    )
+    return stream.run_id
+
+
+def two_call_run(*, thread: str = "thread-two") -> str:
+    message = "\n".join(
+        [
+            tool_line("send-email", {"to": "a@b.c", "subject": "s", "body": "b"}),
+            tool_line("delete-record", {"table": "t", "id": 1}),
+        ]
+    )
+    stream, _ = async_to_sync(start)("support-agent", message, thread=thread)
+    return stream.run_id
+
+
+@pytest.fixture
+def make(db) -> dict[str, Callable[..., str]]:
+    return {"email": email_run, "ask": ask_run, "two": two_call_run}
+
+
+def start_run(
+    message: str, *, thread: str = "thread-ui", resource: str = "user-ui", agent_id: str = "support-agent"
+) -> str:
+    """Start a run through the Python API and read its first segment; returns the run id."""
+    stream, _ = async_to_sync(collect)(
+        get_agent(agent_id).stream(message, memory={"thread": thread, "resource": resource})
+    )
+    return stream.run_id
+
+
+def suspend(tool_id: str, args: dict | str, **kwargs: Any) -> str:
+    return start_run(tool_line(tool_id, args), **kwargs)
+
+
+def wait_rested(run_id: str, timeout: float = 10.0) -> Run:
+    """Wait until a continuation running server-side is done: nobody holds the run's lease and it rests."""
+    deadline = time.monotonic() + timeout
+    while not is_rested(run := Run.objects.get(pk=run_id)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} did not rest: {run.status}")
+        time.sleep(0.02)
+    return run
+
+
+def wait_until_final(run_id: str, timeout: float = 10.0) -> Run:
+    """The continuation runs in the background after a dashboard decision: wait for it to end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = Run.objects.get(pk=run_id)
+        if run.is_final:
+            return run
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} is still {run.status}")
+        time.sleep(0.05)
+
+
+def row_counts() -> dict[str, int]:
+    """What a refused request must leave as it was."""
+    from agentrun.core.models import (
+        Decision,
+        IdempotencyKey,
+        Message,
+        SuspendedToolCall,
+        ToolEffect,
+    )
+
+    return {
+        model.__name__: model.objects.count()
+        for model in (Run, Decision, Message, SuspendedToolCall, Snapshot, RunChunk, ToolEffect, IdempotencyKey)
+    }
 
 
 class RecordingModel(DirectiveModel):
@@ -171,7 +241,7 @@ def bulk_suspended_runs(
     ``spacing_s`` apart from ``start``. For volume tests of the listing query only: nothing drives them.
     ``apps``: the models as of a migration (a migration test writes them before a later one).
     """
-    from datetime import UTC, timedelta
+    from datetime import timedelta
 
     from django.apps import apps as current
 
@@ -247,3 +317,33 @@ def bulk_suspended_runs(
     for model, rows in ((Run, runs), (RunStep, steps), (Snapshot, snapshots), (SuspendedToolCall, calls)):
         model.objects.bulk_create(rows, batch_size=2000)
     return [r.id for r in runs]
+
+
+# --- what a sweeper finds (tests/engine/test_sweeper.py, benchmarks/sweeper.py) --------------------
+PAST = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+def make_due(run_ids: list[str]) -> None:
+    """These waiting runs are past their time to live."""
+    Snapshot.objects.filter(run_id__in=run_ids).update(expires_at=PAST)
+    Run.objects.filter(pk__in=run_ids).update(expires_at=PAST)
+
+
+def make_stalled(lease_expired: list[str], decided: list[str]) -> None:
+    """Runs whose driver died (lease expired), and runs decided long ago that nobody continued."""
+    Run.objects.filter(pk__in=lease_expired).update(
+        status=Run.Status.IN_PROGRESS, lease_owner="host:1:dead", lease_expires_at=PAST
+    )
+    for call in SuspendedToolCall.objects.filter(run_id__in=decided).select_related("run"):
+        decision = Decision.objects.create(
+            run=call.run,
+            agent_id=call.run.agent_id,
+            thread_id=call.run.thread_id,
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            kind=Decision.Kind.APPROVE,
+            via=Decision.Via.API,
+            args=call.args,
+            decided_at=PAST,  # decisions are append-only: made in the past, not moved there
+        )
+        SuspendedToolCall.objects.filter(pk=call.pk).update(status=SuspendedToolCall.Status.DECIDED, decision=decision)

@@ -143,7 +143,7 @@ def settle(timeout: float = 15.0) -> None:
     from django.utils import timezone
 
     from agentrun.core.models import Run
-    from tests.factories import wait_for_tasks
+    from tests.helpers.waiting import wait_for_tasks
 
     deadline = time.monotonic() + timeout
     while Run.objects.filter(lease_owner__isnull=False, lease_expires_at__gt=timezone.now()).exists():
