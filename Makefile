@@ -19,11 +19,10 @@ $(BIN)/.installed: pyproject.toml
 setup: $(BIN)/.installed
 
 ## The demo: embedded default (SQLite, in-memory channel layer, in-process tasks), demo agents.
+## Its last lines say where it is and how to sign in; links in its emails follow HOST and PORT.
 demo: setup
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput
-	DEBUG=1 $(BIN)/python manage.py demo_seed
-	@echo "agentrun demo on http://$(HOST):$(PORT)/approvals/  (admin: /admin/, API docs: /api/docs/; another port: make demo PORT=8080)"
-	DEBUG=1 $(BIN)/python -m agentrun.server.web -b $(HOST) -p $(PORT) agentrun.asgi:application
+	DEBUG=1 AGENTRUN_PUBLIC_URL="$${AGENTRUN_PUBLIC_URL:-http://$(HOST):$(PORT)}" $(BIN)/python manage.py demo --host $(HOST) --port $(PORT)
 
 ## Debian's chromium for the browser tests (root installs it; nothing is downloaded by playwright).
 browser:
@@ -35,7 +34,7 @@ test: setup browser lint test-sqlite test-postgres test-e2e
 
 ## What proves the embedded default (SQLite's locking, the in-memory channel layer, in-process tasks and
 ## notification threads); everything runs once more, and in full, on PostgreSQL + Redis.
-EMBEDDED_TESTS ?= tests/engine tests/streaming tests/notifications tests/approvals/test_grants.py tests/api/test_decisions.py tests/robustness/test_health.py tests/server tests/security/test_every_door.py
+EMBEDDED_TESTS ?= tests/engine tests/streaming tests/notifications tests/approvals/test_grants.py tests/api/test_decisions.py tests/robustness/test_health.py tests/server tests/security/test_every_door.py tests/api/test_listing_across.py
 test-sqlite: setup
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -m "not e2e and not system" -q $(EMBEDDED_TESTS)
 

@@ -12,23 +12,21 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 django_asgi = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from agentrun.engine import runtime, sweeper  # noqa: E402
 from agentrun.routing import websocket_urlpatterns  # noqa: E402
-from agentrun.ws.auth import AuthStack  # noqa: E402
+from agentrun.ws.auth import AuthStack, OriginCheck  # noqa: E402
 from agentrun.ws.consumers import OutageGuard  # noqa: E402
 from agentrun.ws.observed import count_websockets  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_asgi),
-        # The guard outside the authentication: checking a user needs the database too.
-        "websocket": count_websockets(
-            AllowedHostsOriginValidator(OutageGuard(AuthStack(URLRouter(websocket_urlpatterns))))
-        ),
+        # The guard outside the authentication: checking a user needs the database too. The origin
+        # check lets a handshake without Origin through only with a token (docs/api.md#websockets).
+        "websocket": count_websockets(OriginCheck(OutageGuard(AuthStack(URLRouter(websocket_urlpatterns))))),
     }
 )
 

@@ -286,6 +286,36 @@ AGENTRUN_AGENT_REVIEWERS = _agent_reviewers()
 # calls. Default 1 (allowed): a single reviewer, and the demo, start and approve their own runs; a team
 # with a four-eyes rule sets 0 (and approvals_required=2 on the tools that need it).
 AGENTRUN_SELF_APPROVAL = env_bool("AGENTRUN_SELF_APPROVAL", True)
+# Shared work (docs/dashboard.md#shared-work): a reviewer's claim on a call lapses after this many
+# seconds without the claimer touching the call (default 15 minutes).
+AGENTRUN_CLAIM_IDLE_SECONDS = float(os.environ.get("AGENTRUN_CLAIM_IDLE_SECONDS", "900"))
+
+
+def _review_routes() -> dict[str, dict[str, str]]:
+    raw = os.environ.get("AGENTRUN_REVIEW_ROUTES", "").strip()
+    if not raw:
+        return {"tools": {}, "agents": {}}
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"AGENTRUN_REVIEW_ROUTES is not JSON: {exc}") from None
+    routes: dict[str, dict[str, str]] = {"tools": {}, "agents": {}}
+    if not isinstance(value, dict) or set(value) - set(routes):
+        raise ImproperlyConfigured('AGENTRUN_REVIEW_ROUTES must be {"tools": {name: group}, "agents": {id: group}}')
+    for kind, mapping in value.items():
+        if not isinstance(mapping, dict) or not all(isinstance(g, str) and g for g in mapping.values()):
+            raise ImproperlyConfigured(f"AGENTRUN_REVIEW_ROUTES[{kind!r}] must map names to group names")
+        routes[kind] = dict(mapping)
+    return routes
+
+
+# Reviewer routing (docs/dashboard.md#shared-work): the group a tool's (or else an agent's) calls are
+# assigned to when they open; that group's members are emailed first.
+AGENTRUN_REVIEW_ROUTES = _review_routes()
+# How long the other reviewers' emails wait behind a routed group's (seconds; the call may be decided by then).
+AGENTRUN_ROUTE_HEAD_START_SECONDS = float(os.environ.get("AGENTRUN_ROUTE_HEAD_START_SECONDS", "600"))
 # Standing grants expire: 30 days unless the grant says less, never more than this many days.
 AGENTRUN_GRANT_MAX_DAYS = float(os.environ.get("AGENTRUN_GRANT_MAX_DAYS", "90"))
 

@@ -6,6 +6,7 @@ whose runs, calls, messages and decisions it leaves out.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
+from agentrun.core import claims
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, Message, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
 from agentrun.core.selectors import decision_history, waiting_runs_by_agent
@@ -44,7 +46,7 @@ def surfaced_by_a_supervisor(hidden: frozenset[str] = frozenset()) -> Exists:
 
 
 RISK_ORDER = {"low": 0, "medium": 1, "high": 2}
-INBOX_MAX_ROWS = 200  # threads on one inbox page; the rest show after these are decided
+INBOX_MAX_ROWS = 200  # threads on one inbox page (docs/dashboard.md#inbox)
 INBOX_CALLS_PER_ROW = 5
 
 
@@ -82,6 +84,7 @@ def inbox_open_calls(
     resource_id: str = "",
     tool_name: str = "",
     risk: str = "",
+    mine: Any = None,
     hidden: frozenset[str] = frozenset(),
 ) -> QuerySet[SuspendedToolCall]:
     """Open calls of live snapshots matching the inbox filters (empty filters are ignored). A call
@@ -99,22 +102,61 @@ def inbox_open_calls(
     for lookup, value in (("run__resource_id", resource_id), ("risk", risk)):
         if value:
             calls = calls.filter(**{lookup: value})
+    if mine is not None:  # "Mine": claimed by, assigned or routed to this user (docs/dashboard.md#shared-work)
+        calls = calls.filter(claims.mine(mine))
     return calls
 
 
-def inbox_rows(*, newest_first: bool = False, **filters: Any) -> list[InboxRow]:
-    """The inbox: one row per thread with matching open calls, each row naming its calls (tool,
-    arguments, risk, agent, resource). Oldest wait first, or most recent call first.
+@dataclass
+class InboxPage:
+    """One page of the inbox (docs/dashboard.md#inbox): its rows, and how much waits in all."""
 
-    Three queries whatever the number of rows: the grouped rows, their calls, and the inner calls of
-    sub-agent calls among them (``open_call_views``).
+    rows: list[InboxRow]
+    number: int  # 1-based
+    per_page: int
+    total_threads: int  # threads with matching open calls, on every page
+    total_calls: int
+
+    @property
+    def first_index(self) -> int:
+        return (self.number - 1) * self.per_page + 1 if self.rows else 0
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + len(self.rows) - 1 if self.rows else 0
+
+    @property
+    def has_next(self) -> bool:
+        return self.number * self.per_page < self.total_threads
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total_threads // self.per_page))
+
+
+def inbox_page(*, newest_first: bool = False, page: int = 1, per_page: int | None = None, **filters: Any) -> InboxPage:
+    """The inbox, a page at a time: one row per thread with matching open calls, each row naming its
+    calls (tool, arguments, risk, agent, resource). Oldest wait first, or most recent call first; ties
+    by thread id, so pages neither overlap nor skip.
+
+    Four queries whatever the number of rows: the totals, the page's grouped rows, their calls, and the
+    inner calls of sub-agent calls among them (``open_call_views``).
     """
+    per_page = per_page or INBOX_MAX_ROWS
     calls = inbox_open_calls(**filters)
+    totals = calls.order_by().aggregate(threads=Count("run__thread_id", distinct=True), calls=Count("id"))
+    pages = max(1, -(-totals["threads"] // per_page))
+    number = min(max(1, page), pages)  # past the end: the last page (decisions shrink the inbox)
     order = ("-newest", "run__thread_id") if newest_first else ("oldest", "run__thread_id")
+    start = (number - 1) * per_page
     groups = (
         calls.values("run__thread_id")
         .annotate(open_count=Count("id"), oldest=Min("created_at"), newest=Max("created_at"))
-        .order_by(*order)[:INBOX_MAX_ROWS]
+        .order_by(*order)[start : start + per_page]
     )
     rows = {
         g["run__thread_id"]: InboxRow(
@@ -122,14 +164,19 @@ def inbox_rows(*, newest_first: bool = False, **filters: Any) -> list[InboxRow]:
         )
         for g in groups
     }
-    if not rows:
-        return []
-    members = calls.filter(run__thread_id__in=list(rows)).select_related("run")
-    for view in open_call_views(list(members.order_by("created_at", "run_id", "position", "id"))):
-        row = rows[view.call.run.thread_id]
-        if len(row.calls) < INBOX_CALLS_PER_ROW:
-            row.calls.append(view)
-    return list(rows.values())
+    if rows:
+        members = calls.filter(run__thread_id__in=list(rows)).select_related(*claims.RELATED)
+        for view in open_call_views(list(members.order_by("created_at", "run_id", "position", "id"))):
+            row = rows[view.call.run.thread_id]
+            if len(row.calls) < INBOX_CALLS_PER_ROW:
+                row.calls.append(view)
+    return InboxPage(
+        rows=list(rows.values()),
+        number=number,
+        per_page=per_page,
+        total_threads=totals["threads"],
+        total_calls=totals["calls"],
+    )
 
 
 def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset()) -> dict[str, list]:
@@ -188,6 +235,8 @@ class OpenCallView:
     # A call that needs several approvals: the ones given on the arguments shown ({by, at}).
     approvals: list[dict] = field(default_factory=list)
     notice: str = ""  # said on the card after a decision that left it waiting (an approval towards a quorum)
+    claim: claims.ClaimState = field(default_factory=claims.ClaimState)  # who is on it (shared work)
+    args_schema: dict | None = None  # the tool's arguments' JSON Schema: the editor's fields
 
     @property
     def tool_call_id(self) -> str:
@@ -235,8 +284,21 @@ class OpenCallView:
         return args_fingerprint(self.args)
 
     @property
+    def schema_dom_id(self) -> str:
+        """The id of the card's ``<script type="application/json">`` holding ``args_schema``."""
+        return "schema-" + hashlib.sha1(self.tool_call_id.encode()).hexdigest()[:16]
+
+    @property
     def editing(self) -> bool:
         return self.edit_text is not None
+
+    @property
+    def edit_args(self) -> Any:
+        """The edit as JSON (for its field-level diff), or None when it does not parse."""
+        try:
+            return json.loads(self.edit_text) if self.edit_text is not None else None
+        except (ValueError, RecursionError):
+            return None
 
     @property
     def edit_value(self) -> str:
@@ -277,12 +339,19 @@ class OpenCallView:
 QUESTION_KEYS = ("question", "prompt", "message", "text")
 
 
-def _description(agent_id: str, tool_name: str) -> str:
+def _tool_facts(agent_id: str, tool_name: str) -> tuple[str, dict | None]:
+    """The tool's description and its arguments' JSON Schema (the card's per-field editor)."""
     try:
         tool = get_agent(agent_id).tools.get(tool_name)
     except AgentRunError:
-        return ""
-    return tool.description if tool is not None else ""
+        return "", None
+    if tool is None:
+        return "", None
+    try:
+        schema = tool.parameters_schema
+    except Exception:  # a schema that cannot be written out: the raw JSON editor still works
+        schema = None
+    return tool.description, schema
 
 
 def validate_edited_args(view: OpenCallView, args: Any) -> None:
@@ -331,16 +400,24 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
             q |= Q(run_id=run_id, tool_call_id=tool_call_id)
         inner = {(c.run_id, c.tool_call_id): c for c in SuspendedToolCall.objects.filter(q)}
     reasons = _reasons(calls, inner) if calls else {}
+    now = timezone.now()
+    facts: dict[tuple[str, str], tuple[str, dict | None]] = {}  # per tool, once (an inbox page shows many calls)
+
+    def _tool_facts_once(agent_id: str, tool_name: str) -> tuple[str, dict | None]:
+        if (agent_id, tool_name) not in facts:
+            facts[agent_id, tool_name] = _tool_facts(agent_id, tool_name)
+        return facts[agent_id, tool_name]
+
     views = []
     for c in calls:
         inner_call = inner.get((c.inner_run_id, c.inner_tool_call_id)) if c.inner_run_id else None
         reason = reasons.get(f"{c.run_id} {c.tool_call_id}", "")
         if inner_call is not None:
-            description = _description(c.inner_agent_id or "", inner_call.tool_name)
+            description, schema = _tool_facts_once(c.inner_agent_id or "", inner_call.tool_name)
             inner_name = inner_call.tool_name
             reason = reasons.get(f"{inner_call.run_id} {inner_call.tool_call_id}") or reason
         else:
-            description = _description(c.run.agent_id, c.tool_name)
+            description, schema = _tool_facts_once(c.run.agent_id, c.tool_name)
             inner_name = None
         # What the reviewer approves: an earlier approver's edit still short of its quorum, the inner
         # call's arguments (what would run), or the call's own.
@@ -354,6 +431,8 @@ def open_call_views(calls: list[SuspendedToolCall]) -> list[OpenCallView]:
                 resume_fields=None if c.requires_approval else build_fields(c.resume_schema),
                 reason=reason,
                 approvals=[{"by": d.decided_by_username, "at": d.decided_at} for d in approvals_given(c)],
+                claim=claims.state_of(c, now=now),
+                args_schema=schema,
             )
         )
     return views
@@ -367,7 +446,7 @@ def thread_open_calls(thread_id: str, hidden: frozenset[str] = frozenset()) -> l
             status=OPEN, run__thread_id=thread_id, run__snapshot__in=live_snapshots(hidden)
         )
         .exclude(surfaced_by_a_supervisor(hidden))
-        .select_related("run")
+        .select_related(*claims.RELATED)
         .order_by("created_at", "run_id", "position", "id")
     )
 

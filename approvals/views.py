@@ -8,6 +8,8 @@ thread pages and history; a decision on a call the user may not decide is 403.
 from __future__ import annotations
 
 import json
+import re
+from datetime import date, datetime, time
 from functools import wraps
 from typing import Any
 
@@ -16,15 +18,17 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import F
-from django.http import Http404, HttpRequest, HttpResponse
+from django.db.models import F, Q
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
+from agentrun.core import claims, exports
 from agentrun.core.access import can_decide, can_decide_agent, can_view, hidden_agent_ids
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, Run, SuspendedToolCall, Thread
@@ -35,6 +39,8 @@ from approvals.resume_form import attach_engine_errors, json_error, parse_resume
 from approvals.selectors import OpenCallView
 
 HISTORY_PAGE_SIZE = 25
+JSON_TYPE = "application/json"
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 BATCH_KINDS = ("approve", "decline")
 BATCH_ERRORS = {
     "ARGS_CHANGED": "The arguments of a listed call changed since you saw them.",
@@ -82,14 +88,28 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         "risk": request.GET.get("risk", "").strip(),
     }
     sort = "newest" if request.GET.get("sort") == "newest" else "oldest"
+    mine = request.GET.get("mine") == "1"
     hidden = hidden_agent_ids(request.user)
+    try:
+        number = int(request.GET.get("page", "1"))
+    except ValueError:
+        number = 1
+    page = selectors.inbox_page(
+        **filters, newest_first=sort == "newest", page=number, hidden=hidden, mine=request.user if mine else None
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
     context = {
-        "rows": selectors.inbox_rows(**filters, newest_first=sort == "newest", hidden=hidden),
+        "page": page,
+        "rows": page.rows,
         "filters": filters,
         "sort": sort,
+        "mine": mine,
         "choices": selectors.inbox_facets(resource_id=filters["resource_id"], hidden=hidden),
         "risks": SuspendedToolCall.Risk.choices,
         "query": request.GET.urlencode(),
+        "page_query": query.urlencode(),  # the filters and sort, for the other pages' links
+        "can_decide": can_decide(request.user),
     }
     return _page(request, "approvals/inbox.html", "threads", context)
 
@@ -109,6 +129,7 @@ def _thread_context(request: HttpRequest, thread_id: str, *, replace: OpenCallVi
         "messages": selectors.recent_messages(thread_id, hidden=hidden),
         "can_decide": can_decide(request.user),
         "hidden": hidden,
+        "assignees": assignee_choices(),
     }
 
 
@@ -121,11 +142,32 @@ def _known_call_ids(raw: str) -> list[str]:
     return [k for k in known if isinstance(k, str)] if isinstance(known, list) else []
 
 
+def assignee_choices() -> dict[str, list[str]]:
+    """Whom a call can be assigned to: active people who may decide, and the groups (two queries)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    people = (
+        get_user_model()
+        .objects.filter(is_active=True)
+        .filter(
+            Q(is_superuser=True)
+            | Q(groups__permissions__codename="decide_toolcall")
+            | Q(user_permissions__codename="decide_toolcall")
+        )
+    )
+    return {
+        "people": sorted(set(people.values_list("username", flat=True))),
+        "groups": sorted(Group.objects.values_list("name", flat=True)),
+    }
+
+
 @require_GET
 @vary_on_headers("HX-Request")
 @viewer_required
 def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
     context = _thread_context(request, thread_id)
+    claims.touch(user=request.user, calls=[c.call for c in context["calls"]])  # the claimer is still on them
     if request.htmx and "known" in request.GET:
         # The live refresh: the page says which calls it shows; answer with the new ones (appended)
         # and out-of-band notices replacing the ones that left (who decided them, if anyone did).
@@ -138,6 +180,7 @@ def thread_detail(request: HtmxHttpRequest, thread_id: str) -> HttpResponse:
         if "resync" in request.GET:
             # Back from offline: every card afresh (the page's may be stale), and who decided the rest.
             return render(request, "approvals/thread.html#calls", context)
+        context["claim_calls"] = [c for c in context["calls"] if c.tool_call_id in known]  # their claim bars, fresh
         context["calls"] = [c for c in context["calls"] if c.tool_call_id not in known]
         return render(request, "approvals/thread.html#live-delta", context)
     return _page(request, "approvals/thread.html", "calls", context)
@@ -221,6 +264,8 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
             view.edit_text = request.POST.get("args", "")
             kwargs |= {"kind": "approve", "reason": reason, "args": _parse_edited_args(view.edit_text)}
             selectors.validate_edited_args(view, kwargs["args"])  # said now, not after a confirmation
+        elif action == "decline_question":  # a question the reviewer will not answer: the agent is told so
+            kwargs |= {"kind": "decline", "reason": reason, "declines_question": True}
         elif action == "resume":
             view.resume_json = request.POST.get("resume_data", "")
             resume_data, fields, json_error = parse_resume_form(call.resume_schema, request.POST)
@@ -249,7 +294,7 @@ def decide_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> Htt
         from approvals.urls import thread_path  # the URLconf imports these views
 
         return redirect(thread_path(call.run.thread_id))
-    return _decision_response(request, outcome.decision, run_id, tool_call_id, status=200)
+    return _decision_response(request, outcome.decision, run_id, tool_call_id, status=200, after=outcome.after_seq)
 
 
 def _refused(request: HtmxHttpRequest, view: OpenCallView, action: str, exc: AgentRunError) -> HttpResponse:
@@ -300,7 +345,8 @@ def card_response(request: HtmxHttpRequest, view: OpenCallView, status: int = 20
     """The card in its current state (htmx), or the thread page showing it: a confirmation step, or an
     error next to the form that failed (nothing was decided)."""
     if request.htmx:
-        return render(request, "approvals/thread.html#call", {"call": view, "can_decide": True}, status=status)
+        context = {"call": view, "can_decide": True, "assignees": assignee_choices()}
+        return render(request, "approvals/thread.html#call", context, status=status)
     context = _thread_context(request, view.call.run.thread_id, replace=view)
     return render(request, "approvals/thread.html", context, status=status)
 
@@ -314,6 +360,7 @@ def _decision_response(
     status: int,
     already: bool = False,
     error: str = "",
+    after: int | None = None,
 ) -> HttpResponse:
     context = {
         "decision": decision,
@@ -321,12 +368,71 @@ def _decision_response(
         "tool_call_id": tool_call_id,
         "already": already,
         "error": error,
+        "follow_after": after,  # the card then shows the outcome live, from the run's chunks past this seq
     }
     if request.htmx:
         return render(request, "approvals/thread.html#decided", context, status=status)
     if status == 200:
         return redirect("approvals:run", run_id=run_id)
     return render(request, "approvals/decided.html", context, status=status)
+
+
+@require_POST
+@viewer_required
+def claim_call(request: HtmxHttpRequest, run_id: str, tool_call_id: str) -> HttpResponse:
+    """Shared work on one open call (docs/dashboard.md#shared-work): ``action`` ``claim`` ("I'm on it"),
+    ``release``, or ``assign`` with ``assignee`` = ``user:<name>``, ``group:<name>`` or empty (nobody).
+    Anyone who may decide the call may do each; none of it stops anyone else from deciding."""
+    agent_id = Run.objects.filter(pk=run_id).values_list("agent_id", flat=True).first()
+    if agent_id is None or not can_decide(request.user) or not can_decide_agent(request.user, agent_id):
+        raise PermissionDenied("You may not work on this agent's tool calls.")
+    call = (
+        SuspendedToolCall.objects.select_related(*claims.RELATED)
+        .filter(run_id=run_id, tool_call_id=tool_call_id)
+        .first()
+    )
+    if call is None:
+        decision = selectors.latest_decision(run_id, tool_call_id)
+        return _decision_response(
+            request,
+            decision,
+            run_id,
+            tool_call_id,
+            status=409 if decision else 404,
+            already=bool(decision),
+            error="" if decision else "No such tool call.",
+        )
+    action, assignee = request.POST.get("action", ""), request.POST.get("assignee", "")
+    try:
+        if action == "claim":
+            claims.claim(user=request.user, call=call)
+        elif action == "release":
+            claims.release(user=request.user, call=call)
+        elif action == "assign":
+            kind, _, name = assignee.partition(":")
+            if assignee and (kind not in ("user", "group") or not name):
+                return HttpResponse("assignee is user:<name>, group:<name> or empty.", status=400)
+            claims.assign(
+                by=request.user,
+                call=call,
+                username=name if kind == "user" else None,
+                group=name if kind == "group" else None,
+            )
+        else:
+            return HttpResponse("Unknown action.", status=400)
+    except AgentRunError as exc:
+        if exc.code in ALREADY_DECIDED_CODES | {"TOOL_CALL_NOT_SUSPENDED"}:
+            decision = selectors.latest_decision(run_id, tool_call_id)
+            if decision is not None:
+                return _decision_response(request, decision, run_id, tool_call_id, status=409, already=True)
+        return HttpResponse(exc.message, status=400)
+    fresh = SuspendedToolCall.objects.select_related(*claims.RELATED).get(pk=call.pk)
+    view = selectors.open_call_views([fresh])[0]
+    if request.htmx:
+        return card_response(request, view)
+    from approvals.urls import thread_path  # the URLconf imports these views
+
+    return redirect(thread_path(call.run.thread_id))
 
 
 def _batch_items(request: HttpRequest) -> dict[str, list[DecisionRequest]] | None:
@@ -358,7 +464,10 @@ def decide_all(request: HtmxHttpRequest) -> HttpResponse:
     if "cancel" in request.POST or kind not in BATCH_KINDS:
         context = _thread_context(request, thread_id)
         if request.POST.get("ask") in BATCH_KINDS and "cancel" not in request.POST:
-            context["batch_confirm"] = request.POST["ask"]  # the list to confirm; nothing decided yet
+            if len(context["approval_calls"]) > 1:
+                context["batch_confirm"] = request.POST["ask"]  # the list to confirm; nothing decided yet
+            else:  # decided meanwhile: "Approve these 0 calls?" would be no question at all
+                context["batch_error"] = "Fewer than two calls wait here now: decide them on their cards."
         return _batch_response(request, context, section="batch")
     groups = _batch_items(request)
     if groups is None:
@@ -432,32 +541,86 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 
 # --- history ---------------------------------------------------------------------------------------
+def _history_filters(request: HttpRequest) -> dict[str, str]:
+    """The history page's filters from its query (docs/dashboard.md#history); ids are kept as they are."""
+    get = request.GET
+    return {
+        "agent_id": get.get("agent", "").strip(),
+        "tool_name": get.get("tool", "").strip(),
+        "via": get.get("via", "").strip(),
+        "decided_by": get.get("decided_by", "").strip(),
+        "kind": get.get("kind", "").strip(),
+        "thread_id": get.get("thread", ""),
+        "resource_id": get.get("resource", ""),
+        "from_date": get.get("from", "").strip(),
+        "to_date": get.get("to", "").strip(),
+    }
+
+
+def _filtered_history(request: HttpRequest, filters: dict[str, str]) -> Any:
+    """The decisions the filters select, for this reader. A day (``2026-01-10``, what a date field sends)
+    bounds inclusively: from its first moment, to its last; a date-time bounds as it says. Bad dates raise
+    ``AgentRunError`` ``INVALID_DATE``."""
+    bounds: dict[str, Any] = dict(filters)
+    zone = timezone.get_current_timezone()  # the zone the page shows times in
+    for name, moment in (("from_date", time.min), ("to_date", time.max)):
+        if DAY.fullmatch(bounds[name]):
+            try:
+                bounds[name] = datetime.combine(date.fromisoformat(bounds[name]), moment, tzinfo=zone)
+            except ValueError:
+                raise AgentRunError("INVALID_DATE", f"{bounds[name]!r} is not a date.") from None
+    return selectors.history_decisions(hidden=hidden_agent_ids(request.user), **bounds)
+
+
 @require_GET
 @vary_on_headers("HX-Request")
 @viewer_required
 def history(request: HtmxHttpRequest) -> HttpResponse:
-    filters = {
-        "agent_id": request.GET.get("agent", "").strip(),
-        "decided_by": request.GET.get("decided_by", "").strip(),
-        "kind": request.GET.get("kind", "").strip(),
-        "thread_id": request.GET.get("thread", ""),
-        "resource_id": request.GET.get("resource", ""),
-    }
+    filters = _history_filters(request)
     hidden = hidden_agent_ids(request.user)
-    decisions = selectors.history_decisions(hidden=hidden, **filters)
-    page = Paginator(decisions, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    error, status = "", 200
+    try:
+        decisions = _filtered_history(request, filters)
+        page = Paginator(decisions, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    except AgentRunError as exc:  # a date that is no date: say so, list nothing (htmx swaps only a 200)
+        error, status = exc.message, 200 if request.htmx else 400
+        page = Paginator(Decision.objects.none(), HISTORY_PAGE_SIZE).get_page(1)
     query = request.GET.copy()
     query.pop("page", None)
     visible = decision_history(hidden=hidden).order_by()  # the filter menus' values
+    tools = set(visible.values_list("tool_name", flat=True).distinct())
+    tools |= {t for t in visible.values_list("inner_tool_name", flat=True).distinct() if t}
     context = {
         "page": page,
         "filters": filters,
+        "error": error,
         "kinds": Decision.Kind.choices,
+        "vias": Decision.Via.choices,
         "agents": sorted(visible.values_list("agent_id", flat=True).distinct()),
+        "tools": sorted(tools),
         "deciders": sorted(u for u in visible.values_list("decided_by_username", flat=True).distinct() if u),
         "query": query.urlencode(),
     }
-    return _page(request, "approvals/history.html", "decisions", context)
+    return _page(request, "approvals/history.html", "decisions", context, status=status)
+
+
+@require_GET
+@viewer_required
+def history_export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpResponse:
+    """Every decision the history filters select, as CSV or JSON, streamed a batch at a time (any number)."""
+    try:
+        decisions = _filtered_history(request, _history_filters(request))
+    except AgentRunError as exc:
+        return HttpResponse(exc.message, status=400, content_type="text/plain; charset=utf-8")
+    formats = {"csv": (exports.stream_csv, "text/csv; charset=utf-8"), "json": (exports.stream_json, JSON_TYPE)}
+    if fmt not in formats:
+        raise Http404("CSV or JSON")
+    body, content_type = formats[fmt]
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response = StreamingHttpResponse(body(decisions), content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="decisions-{stamp}.{fmt}"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 # --- standing grants ------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Operations figures (docs/performance.md, docs/operations.md): the metrics page at N decisions, and the
-retention's prune batch. In the suite's process, on its seeded database.
+"""Operations figures (docs/performance.md, docs/operations.md): the metrics page at N decisions, the
+retention's prune batch and the reviewers' inbox with thousands of waiting threads. In the suite's
+process, on its seeded database.
 
 Decisions: N of them (the suite's N) are written once per seeded database in SQL (``INSERT … SELECT
 generate_series``, 100,000 a statement, so the rollup trigger counts them as any writer's), spread over
@@ -28,6 +29,9 @@ SELECT 'dec_bench_' || g, 'bench-agent-' || (g %% 5), 'bench-thread', 'bench-cal
 FROM generate_series(%(start)s, %(stop)s) AS g,
      LATERAL (SELECT now() - make_interval(days => g %% 90, secs => g %% 86400) AS at) AS d
 """
+
+
+INBOX_THREADS = 5_000
 
 
 def _timed(fn, repeat: int) -> list[float]:  # noqa: ANN001
@@ -91,3 +95,42 @@ def prune(repeat: int, spread) -> dict:  # noqa: ANN001
         "prune_batch": spread(busy) | {"batch": settings.AGENTRUN_PRUNE_BATCH, "due": PRUNE_EVENTS},
         "prune_idle": spread(idle),
     }
+
+
+def inbox_first_page(repeat: int, spread, username: str) -> dict:  # noqa: ANN001
+    """The inbox's first page (``GET /approvals/``: view, selectors, template; Django's test client, so
+    server time without the network) with the seeded runs spread over ``INBOX_THREADS`` threads (fewer
+    if N is smaller). The spreading happens in a transaction that is rolled back afterwards."""
+    from django.contrib.auth.models import User
+    from django.db import connection, transaction
+    from django.test import Client
+
+    from agentrun.core.models import Run
+
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(User.objects.get(username=username))
+    threads = min(INBOX_THREADS, Run.objects.count())
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO agentrun_thread (id, resource_id, created_at, metadata) "
+            "SELECT 'bench-inbox-' || t, NULL, now(), '{}'::jsonb FROM generate_series(0, %s) t",
+            [threads - 1],
+        )
+        cursor.execute(
+            "UPDATE agentrun_run r SET thread_id = 'bench-inbox-' || mod(o.n, %s) "
+            "FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM agentrun_run) o WHERE r.id = o.id",
+            [threads],
+        )
+        cursor.execute("ANALYZE agentrun_run")
+
+        def get() -> None:
+            response = client.get("/approvals/")
+            assert response.status_code == 200, response.status_code
+            assert f"of {threads:,} threads waiting".replace(",", "") in response.content.decode().replace(",", "")
+
+        get()  # warm up
+        samples = _timed(get, repeat)
+        transaction.set_rollback(True)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE agentrun_run")
+    return {"inbox_first_page": spread(samples) | {"threads": threads}}

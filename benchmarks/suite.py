@@ -402,6 +402,15 @@ def table(n: int, f: dict, load: dict) -> str:
             page["p95"] <= 200,
         )
     )
+    inbox = f["inbox_first_page"]
+    lines.append(
+        row(
+            f"`/approvals/` inbox, first page, {inbox['threads']:,} waiting threads (server time)",
+            ms(inbox),
+            "< 300 ms",
+            inbox["median"] < 300,
+        )
+    )
     batch = f["prune_batch"]
     lines.append(
         row(
@@ -490,6 +499,7 @@ def main() -> None:
     figures |= python_listing(args.repeat)
     figures |= operations.metrics_page(args.n, args.repeat, spread)
     figures |= operations.prune(args.repeat, spread)
+    figures |= operations.inbox_first_page(args.repeat, spread, "bench-reviewer")
     env = dict(
         os.environ,
         REDIS_URL=redis,

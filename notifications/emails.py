@@ -27,7 +27,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
-from agentrun.core import access, outbox
+from agentrun.core import access, claimstate, outbox
 from agentrun.core.models import OutboxEvent, Run, SuspendedToolCall
 from approvals.public import OpenCallView, open_call_views
 from notifications import links
@@ -89,16 +89,38 @@ def create_notices(event: OutboxEvent) -> None:
         return
     now = timezone.now()
     notices = []
+    first = _routed_members(event)
     for user in recipients(event):
         preference = getattr(user, "notification_preference", None)
         # A warning or an escalation is about a deadline: it does not wait for the digest.
         digest = preference is not None and preference.email == DIGEST and event.type == outbox.RUN_SUSPENDED
+        due = now
+        if first is not None and user.pk not in first:
+            # A routing rule named a group: its members are told first; the others only if the call
+            # still waits when the head start is over (a message names only calls that still wait).
+            due = now + timedelta(seconds=settings.AGENTRUN_ROUTE_HEAD_START_SECONDS)
         notices.append(
             EmailNotice(
-                user=user, event=event, digest=digest, next_attempt_at=_digest_due(user, now) if digest else now
+                user=user, event=event, digest=digest, next_attempt_at=_digest_due(user, now) if digest else due
             )
         )
     EmailNotice.objects.bulk_create(notices, ignore_conflicts=True)
+
+
+def _routed_members(event: OutboxEvent) -> set[int] | None:
+    """The members of the groups routing rules name for a newly suspended run's calls
+    (docs/dashboard.md#shared-work), who are emailed first; None when no rule names one."""
+    if event.type != outbox.RUN_SUSPENDED:
+        return None
+    groups = set()
+    for call in event.data.get("toolCalls") or []:
+        inner = call.get("subAgent") or {}
+        agent, tool = inner.get("agentId") or event.agent_id, inner.get("toolName") or call.get("toolName", "")
+        if group := claimstate.routed_group(agent, tool):
+            groups.add(group)
+    if not groups:
+        return None
+    return set(get_user_model().objects.filter(groups__name__in=groups).values_list("pk", flat=True))
 
 
 def _digest_due(user: object, now: object) -> object:

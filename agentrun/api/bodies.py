@@ -143,6 +143,18 @@ class BatchBody(Body):
     ]
 
 
+class ClaimBody(Body):
+    """``POST /api/agents/{agentId}/runs/{runId}/claim`` (docs/api.md#claims): who is on a call."""
+
+    action: Annotated[
+        Literal["claim", "release", "assign"],
+        Field(description="claim: I'm on it; release: let go of my claim; assign: to a person or a group."),
+    ]
+    toolCallId: ToolCallId = None  # noqa: N815
+    assignee: Annotated[str | None, Field(description="assign: a username (null: nobody).")] = None
+    assigneeGroup: Annotated[str | None, Field(description="assign: a group name (null: none).")] = None  # noqa: N815
+
+
 DECISION_BODIES: dict[str, type[Body]] = {"approve": ApproveBody, "decline": DeclineBody, "resume": ResumeBody}
 
 

@@ -29,10 +29,10 @@ from agentrun.api.http import ApiView, EventStreamRenderer, choice_param, int_pa
 from agentrun.api.idempotency import decide_via_api, fingerprint
 from agentrun.api.pagination import cursor_page, list_envelope
 from agentrun.api.sse import event_stream_response
-from agentrun.core import access
+from agentrun.core import access, claims
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import subscribe
-from agentrun.core.models import BackgroundTask, Message, Run, RunStep, Thread
+from agentrun.core.models import BackgroundTask, Message, Run, RunStep, SuspendedToolCall, Thread
 from agentrun.core.selectors import (
     SuspendedRun,
     SuspendedRunsStream,
@@ -142,39 +142,66 @@ async def _generate(agent: Agent, kwargs: dict) -> dict:
     return await generate_result(stream)
 
 
+LISTING_PARAMS = [
+    _param("threadId", "only runs of this thread"),
+    _param("resourceId", "only runs of this resource"),
+    _param("fromDate", "createdAt ≥ this ISO 8601 date-time", OpenApiTypes.DATETIME),
+    _param("toDate", "createdAt ≤ this ISO 8601 date-time", OpenApiTypes.DATETIME),
+    _param("perPage", "1..1000; pages only when page is given too", int),
+    _param("page", "≥ 0, zero-based; pages only when perPage is given too", int),
+]
+
+
+def listing_response(request: Request, agents: dict[str, Any]) -> Response | StreamingHttpResponse:
+    """The listing contract's answer for ``agents`` (``agent_id`` or ``agent_ids``): one path for the
+    per-agent route and ``GET /api/suspended-runs``, so both filter, order, page and count alike."""
+    q = request.query_params
+    filters = {
+        **agents,
+        "thread_id": q.get("threadId") or None,
+        "resource_id": q.get("resourceId") or None,
+        "from_date": q.get("fromDate"),
+        "to_date": q.get("toDate"),
+    }
+    per_page, page = q.get("perPage"), q.get("page")
+    if per_page and page:
+        return Response(list_suspended_runs(**filters, per_page=per_page, page=page).to_dict())
+    # Unpaged: every match. One batch or less: a plain answer; more: streamed, batch by batch.
+    stream = stream_suspended_runs(**filters, per_page=per_page, page=page)
+    first = stream.next_batch()
+    if stream.done:
+        return Response({"runs": [run.to_dict() for run in first], "total": len(first)})
+    return StreamingHttpResponse(StreamedListing(first, stream), content_type=JSON)
+
+
 class SuspendedRunsView(ApiView):
     @extend_schema(
         operation_id="agents_suspended_runs",
         tags=["agents"],
-        parameters=[
-            _param("threadId", "only runs of this thread"),
-            _param("resourceId", "only runs of this resource"),
-            _param("fromDate", "createdAt ≥ this ISO 8601 date-time", OpenApiTypes.DATETIME),
-            _param("toDate", "createdAt ≤ this ISO 8601 date-time", OpenApiTypes.DATETIME),
-            _param("perPage", "1..1000; pages only when page is given too", int),
-            _param("page", "≥ 0, zero-based; pages only when perPage is given too", int),
-        ],
+        parameters=LISTING_PARAMS,
         responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
     )
     def get(self, request: Request, agentId: str) -> Response | StreamingHttpResponse:  # noqa: N803
         agent = agent_or_404(agentId, request.user)
-        q = request.query_params
-        filters = {
-            "agent_id": agent.id,
-            "thread_id": q.get("threadId") or None,
-            "resource_id": q.get("resourceId") or None,
-            "from_date": q.get("fromDate"),
-            "to_date": q.get("toDate"),
-        }
-        per_page, page = q.get("perPage"), q.get("page")
-        if per_page and page:
-            return Response(list_suspended_runs(**filters, per_page=per_page, page=page).to_dict())
-        # Unpaged: every match. One batch or less: a plain answer; more: streamed, batch by batch.
-        stream = stream_suspended_runs(**filters, per_page=per_page, page=page)
-        first = stream.next_batch()
-        if stream.done:
-            return Response({"runs": [run.to_dict() for run in first], "total": len(first)})
-        return StreamingHttpResponse(StreamedListing(first, stream), content_type=JSON)
+        return listing_response(request, {"agent_id": agent.id})
+
+
+class AllSuspendedRunsView(ApiView):
+    """docs/api.md#across-agents: the listing over every registered agent the caller may see."""
+
+    @extend_schema(
+        operation_id="suspended_runs",
+        tags=["agents"],
+        parameters=[_param("agentId", "only runs of this agent (404 AGENT_NOT_FOUND when hidden)"), *LISTING_PARAMS],
+        responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
+    )
+    def get(self, request: Request) -> Response | StreamingHttpResponse:
+        if agent_id := request.query_params.get("agentId"):
+            return listing_response(request, {"agent_id": agent_or_404(agent_id, request.user).id})
+        visible = access.visible_agent_ids(request.user, [agent.id for agent in all_agents()])
+        if not visible:
+            raise AgentRunError("PERMISSION_DENIED", "You may view no agent.")
+        return listing_response(request, {"agent_ids": visible})
 
 
 class StreamedListing:
@@ -336,6 +363,46 @@ class BatchDecisionView(DecisionView):
 
 
 # --- runs ----------------------------------------------------------------------------------------
+class ClaimView(ApiView):
+    """Shared work on an open call (docs/api.md#claims): claim, release, assign. Never decides anything
+    and never stops anyone else from deciding."""
+
+    required_permissions = {"POST": access.DECIDE_PERMISSION}
+
+    @extend_schema(
+        operation_id="runs_claim",
+        tags=["decisions"],
+        request={JSON: bodies.ClaimBody},
+        responses={200: OpenApiTypes.OBJECT, **errors(*WRITE_ERRORS, 409)},
+    )
+    def post(self, request: Request, agentId: str, runId: str) -> Response:  # noqa: N803
+        agent = agent_or_404(agentId, request.user)
+        body = bodies.parse(bodies.ClaimBody, self.body())
+        if not access.can_decide_agent(request.user, agent.id):
+            raise AgentRunError("PERMISSION_DENIED", "You may not work on this agent's tool calls.")
+        run = Run.objects.filter(pk=runId, agent_id=agent.id).first()
+        if run is None:
+            raise AgentRunError("RUN_NOT_FOUND", f"No run {runId}.")
+        calls = SuspendedToolCall.objects.select_related(*claims.RELATED).filter(
+            run=run, status=SuspendedToolCall.Status.OPEN
+        )
+        if body.toolCallId is not None:
+            calls = calls.filter(tool_call_id=body.toolCallId)
+        found = list(calls[:2])
+        if not found:
+            raise AgentRunError("TOOL_CALL_NOT_SUSPENDED", "No such open tool call in this run.")
+        if len(found) > 1:
+            raise AgentRunError("AMBIGUOUS_TOOL_CALL", "The run has several open calls: name the toolCallId.")
+        call = found[0]
+        if body.action == "claim":
+            state = claims.claim(user=request.user, call=call)
+        elif body.action == "release":
+            state = claims.release(user=request.user, call=call)
+        else:
+            state = claims.assign(by=request.user, call=call, username=body.assignee, group=body.assigneeGroup)
+        return Response({"runId": run.id, "toolCallId": call.tool_call_id, "claim": state.to_dict()})
+
+
 class RunDetailView(ApiView):
     @extend_schema(
         operation_id="runs_retrieve", tags=["runs"], responses={200: s.RunSerializer, **errors(*READ_ERRORS)}

@@ -38,5 +38,5 @@ Chunk = TypedDict(
 )
 
 # What the reviewers' feed (ws/approvals) is told: a call opened, was decided (or one person approved a
-# call that needs several), or left with its run.
-FeedEvent = Literal["suspended", "decided", "approval", "removed"]
+# call that needs several), or left with its run; or who is on it changed (docs/dashboard.md#shared-work).
+FeedEvent = Literal["suspended", "decided", "approval", "removed", "claimed"]

@@ -274,6 +274,9 @@ class Snapshot(models.Model):
             models.Index(fields=["agent_id", "-created_at", "-run"], name="snapshot_agent_created"),
             models.Index(fields=["agent_id", "thread_id", "-created_at", "-run"], name="snapshot_agent_thread"),
             models.Index(fields=["agent_id", "resource_id", "-created_at", "-run"], name="snapshot_agent_resource"),
+            # Serves the listing across agents (GET /api/suspended-runs): WHERE agent_id IN (…) ORDER BY
+            # created_at DESC, run_id DESC LIMIT n reads it in order, filtering on the agent, and stops.
+            models.Index(fields=["-created_at", "-run"], name="snapshot_created"),
             # Serves the sweep's expiry query (decisions.expire_due_runs): waiting runs with a TTL only.
             models.Index(fields=["expires_at"], name="snapshot_expiry", condition=Q(expires_at__isnull=False)),
             # Serves the listing total's correction: the agent's snapshots past their time to live that the
@@ -375,6 +378,22 @@ class SuspendedToolCall(models.Model):
     warn_at = models.DateTimeField(null=True, blank=True)
     timeout_at = models.DateTimeField(null=True, blank=True)
     on_timeout = models.CharField(max_length=16, null=True, blank=True)
+    # Shared work (docs/dashboard.md#shared-work, ``agentrun.core.claims``): who said "I'm on it" (live
+    # until ``AGENTRUN_CLAIM_IDLE_SECONDS`` pass after ``claim_touched_at``) and to whom the call is
+    # assigned. On the call's own row: the decision, which locks and rewrites this row anyway, reads and
+    # clears them without one more statement. Neither ever blocks a decision.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    claimed_by_username = models.CharField(max_length=150, null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_touched_at = models.DateTimeField(null=True, blank=True)
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    assignee_group = models.ForeignKey("auth.Group", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    assigned_by_username = models.CharField(max_length=150, null=True, blank=True)
+    assigned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["position", "id"]
@@ -445,7 +464,9 @@ class Decision(models.Model):
     decided_at = models.DateTimeField(default=timezone.now)
     # What made an automatic decision (``via`` policy): ``{"policy": "grant", "grantId", …}`` or
     # ``{"policy": "timeout", "onTimeout", …}``; a person's decision from Slack: ``{"slack": {"userId",
-    # "teamId"}}`` (docs/slack.md). Null for other decisions of a person and for expiry.
+    # "teamId"}}`` (docs/slack.md). A person's decision made while someone else held a live claim on the
+    # call: ``{"claim": {"claimedBy", "claimedAt"}}`` (docs/dashboard.md#shared-work). Null otherwise, and
+    # for expiry.
     details = models.JSONField(null=True, blank=True)
     # The risk the decided call carried when it was decided (its ``SuspendedToolCall.risk``: for a
     # sub-agent's call surfaced on its supervisor, the inner call's). Kept, not derived from the tool's

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Collection, Generator
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import islice
@@ -12,10 +12,11 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection, transaction
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentrun.core import claimstate
 from agentrun.core.errors import AgentRunError
 from agentrun.core.models import Decision, Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
 from agentrun.core.timeutil import iso, parse_datetime_bound
@@ -42,6 +43,7 @@ class SuspendedRunToolCall:
     # toolName, args}); and the approvals given towards a quorum ({decidedBy, decidedAt}).
     sub_agent: dict | None = None
     approvals_given: list[dict] = field(default_factory=list)
+    claim: dict | None = None  # who is on it (docs/dashboard.md#shared-work): ``ClaimState.to_dict()``
 
     @property
     def shown_args(self) -> Any:
@@ -64,6 +66,8 @@ class SuspendedRunToolCall:
             "argsFingerprint": self.args_fingerprint,
             "approvals": {"required": self.approvals_required, "given": self.approvals_given},
         }
+        if self.claim is not None:  # the listings (docs/api.md#the-listing), not event payloads
+            data["claim"] = self.claim
         if self.inner_run_id:
             data |= {
                 "innerAgentId": self.inner_agent_id,
@@ -74,7 +78,9 @@ class SuspendedRunToolCall:
         return data
 
 
-def describe_open_calls(calls: QuerySet[SuspendedToolCall]) -> dict[str, list[SuspendedRunToolCall]]:
+def describe_open_calls(
+    calls: QuerySet[SuspendedToolCall], *, run_agents: dict[str, str] | None = None
+) -> dict[str, list[SuspendedRunToolCall]]:
     """The open calls of ``calls`` as the listing shows them, by run id, in order: one query, plus one
     for the sub-agents' calls they surface and one for quorum approvals, each only when there are any.
 
@@ -95,7 +101,10 @@ def describe_open_calls(calls: QuerySet[SuspendedToolCall]) -> dict[str, list[Su
             inner[(run_id, tool_call_id)] = (tool_name, args)
     described: dict[str, list[SuspendedRunToolCall]] = {}
     quorum = []
-    for run_id, tool_call_id, tool_name, args, *rest, pending, required, suspension in rows:
+    now = timezone.now()
+    for row in rows:
+        run_id, tool_call_id, tool_name, args, *rest, pending, required, suspension = row[:-CLAIM_COLUMNS]
+        claimed_by, claimed_at, touched_at, assignee, assignee_group = row[-CLAIM_COLUMNS:]
         requires_approval, suspend_payload, resume_schema, risk, inner_agent_id, inner_run_id, inner_call_id = rest
         call = SuspendedRunToolCall(
             tool_call_id,
@@ -110,6 +119,20 @@ def describe_open_calls(calls: QuerySet[SuspendedToolCall]) -> dict[str, list[Su
             inner_call_id,
             approvals_required=required,
             suspension=suspension,
+        )
+        call.claim = (
+            None
+            if run_agents is None
+            else claimstate.state(
+                claimed_by=claimed_by,
+                claimed_at=claimed_at,
+                touched_at=touched_at,
+                assignee=assignee,
+                assignee_group=assignee_group,
+                agent_id=inner_agent_id or (run_agents or {}).get(run_id, ""),
+                tool_name=tool_name,
+                now=now,
+            ).to_dict()
         )
         if inner_run_id:
             inner_name, inner_args = inner.get((inner_run_id, inner_call_id), (None, None))
@@ -163,6 +186,8 @@ class SuspendedRun:
     status: str = "suspended"
 
     def to_dict(self) -> dict:
+        # The one item shape of both listings (per agent and GET /api/suspended-runs): fields added here
+        # (a claim, an assignee: docs/api.md#the-listing) reach every door that lists at once.
         return {
             "runId": self.run_id,
             "agentId": self.agent_id,
@@ -204,7 +229,8 @@ def _int_param(value: Any, code: str, name: str, minimum: int, maximum: int | No
 
 def list_suspended_runs(
     *,
-    agent_id: str,
+    agent_id: str | None = None,
+    agent_ids: Collection[str] | None = None,
     thread_id: str | None = None,
     resource_id: str | None = None,
     from_date: datetime | str | None = None,
@@ -213,16 +239,21 @@ def list_suspended_runs(
     page: int | str | None = None,
 ) -> SuspendedRunsPage:
     """Runs of ``agent_id`` waiting for people, newest first. Three queries whatever the page size:
-    the total, the page of snapshots, and their open calls."""
+    the total, the page of snapshots, and their open calls.
+
+    ``agent_ids`` instead of ``agent_id``: the runs of all those agents, in the same order, with the same
+    filters, paging and total (``GET /api/suspended-runs``, docs/api.md#across-agents); the caller names
+    the agents the reader may see."""
+    agents = _agent_set(agent_id, agent_ids)
     per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
     page = _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
     start = parse_datetime_bound(from_date, "fromDate")
     end = parse_datetime_bound(to_date, "toDate")
 
-    snapshots = _matching(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
+    snapshots = _matching(agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
     now = timezone.now()
     dated = start is not None or end is not None
-    total = _open_total(snapshots, now, agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, dated=dated)
+    total = _open_total(snapshots, now, agent_ids=agents, thread_id=thread_id, resource_id=resource_id, dated=dated)
     # A run past its time to live is not listed, even before the sweeper has expired it.
     ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
@@ -234,7 +265,7 @@ def _open_total(
     snapshots: QuerySet[Snapshot],
     now: datetime,
     *,
-    agent_id: str,
+    agent_ids: list[str],
     thread_id: str | None,
     resource_id: str | None,
     dated: bool,
@@ -249,15 +280,32 @@ def _open_total(
     expired = _expired(snapshots, now)
     if dated or (thread_id and resource_id):
         return snapshots.aggregate(total=Count("*") - expired)["total"]
-    counters = SnapshotCount.objects.filter(agent_id=agent_id, **_counter_key(thread_id, resource_id))
+    counters = SnapshotCount.objects.filter(_one_of("agent_id", agent_ids), **_counter_key(thread_id, resource_id))
     return counters.aggregate(total=Coalesce(Sum("snapshots"), Value(0)) - expired)["total"]
 
 
+def _agent_set(agent_id: str | None, agent_ids: Collection[str] | None) -> list[str]:
+    """The agents a listing reads: one (``agent_id``) or several (``agent_ids``), never both."""
+    if (agent_id is None) == (agent_ids is None):
+        raise TypeError("give agent_id or agent_ids, not both nor neither")
+    return [agent_id] if agent_id is not None else sorted(set(agent_ids or ()))
+
+
+def _one_of(column: str, agent_ids: list[str]) -> Q:
+    """``column = ?`` for one agent (the plans the per-agent indexes were made for), ``IN (…)`` for several."""
+    return Q(**{column: agent_ids[0]}) if len(agent_ids) == 1 else Q(**{f"{column}__in": agent_ids})
+
+
 def _matching(
-    *, agent_id: str, thread_id: str | None, resource_id: str | None, start: datetime | None, end: datetime | None
+    *,
+    agent_ids: list[str],
+    thread_id: str | None,
+    resource_id: str | None,
+    start: datetime | None,
+    end: datetime | None,
 ) -> QuerySet[Snapshot]:
     """The snapshots matching the listing's filters (expiry aside)."""
-    snapshots = Snapshot.objects.filter(agent_id=agent_id)
+    snapshots = Snapshot.objects.filter(_one_of("agent_id", agent_ids))
     if thread_id:
         snapshots = snapshots.filter(thread_id=thread_id)
     if resource_id:
@@ -295,7 +343,14 @@ _CALL_COLUMNS = (
     "pending_args",
     "approvals_required",
     "suspension",
+    # Who is on the call (docs/dashboard.md#shared-work): the last five, see ``describe_open_calls``.
+    "claimed_by_username",
+    "claimed_at",
+    "claim_touched_at",
+    "assignee__username",
+    "assignee_group__name",
 )
+CLAIM_COLUMNS = 5
 
 
 def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
@@ -303,7 +358,7 @@ def _with_open_calls(rows: list[tuple]) -> list[SuspendedRun]:
     open_calls = SuspendedToolCall.objects.filter(run_id__in=[row[0] for row in rows]).order_by(
         "run_id", "position", "id"
     )
-    calls_by_run = describe_open_calls(open_calls)
+    calls_by_run = describe_open_calls(open_calls, run_agents={row[0]: row[1] for row in rows})
     return [
         SuspendedRun(
             run_id=run_id,
@@ -375,7 +430,8 @@ class SuspendedRunsStream:
 
 def stream_suspended_runs(
     *,
-    agent_id: str,
+    agent_id: str | None = None,
+    agent_ids: Collection[str] | None = None,
     thread_id: str | None = None,
     resource_id: str | None = None,
     from_date: datetime | str | None = None,
@@ -388,11 +444,12 @@ def stream_suspended_runs(
     The arguments are checked here, before any run is read. ``per_page`` or ``page`` alone does not page
     (the contract pages only with both) but is checked all the same, as ``list_suspended_runs`` does.
     """
+    agents = _agent_set(agent_id, agent_ids)
     _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
     _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
     start = parse_datetime_bound(from_date, "fromDate")
     end = parse_datetime_bound(to_date, "toDate")
-    snapshots = _matching(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
+    snapshots = _matching(agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
     # As in list_suspended_runs: a run past its time to live is not listed.
     listed = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
     return SuspendedRunsStream(listed.order_by("-created_at", "-run_id"))
@@ -407,14 +464,17 @@ def decision_history(
     resource_id: str | None = None,
     decided_by: str | None = None,
     kind: str | None = None,
+    tool_name: str | None = None,
+    via: str | None = None,
     from_date: datetime | str | None = None,
     to_date: datetime | str | None = None,
 ) -> QuerySet[Decision]:
     """The audit trail, filtered: what ``GET /api/decisions`` and the dashboard's history page both read.
 
-    ``hidden``: agents the reader is outside of (``agentrun.core.access.hidden_agent_ids``). Empty filters
-    are ignored; dates bound ``decidedAt`` inclusively (``INVALID_DATE`` otherwise). Unordered: the
-    caller pages it (cursor or page number) on ``(decided_at, id)``.
+    ``hidden``: agents the reader is outside of (``agentrun.core.access.hidden_agent_ids``). ``tool_name``
+    matches the tool the reviewer saw (a surfaced sub-agent call's inner tool too). Empty filters are
+    ignored; dates bound ``decidedAt`` inclusively (``INVALID_DATE`` otherwise). Unordered: the caller pages
+    it (cursor or page number) on ``(decided_at, id)``.
     """
     decisions = Decision.objects.all()
     if hidden:
@@ -427,9 +487,13 @@ def decision_history(
         ("run__resource_id", resource_id),
         ("decided_by_username", decided_by),
         ("kind", kind),
+        ("via", via),
     ):
         if value:
             decisions = decisions.filter(**{column: value})
+    if tool_name:
+        # The tool the reviewer saw: a sub-agent's tool surfaced on its supervisor's call counts as that tool.
+        decisions = decisions.filter(Q(tool_name=tool_name) | Q(inner_tool_name=tool_name))
     if (start := parse_datetime_bound(from_date, "fromDate")) is not None:
         decisions = decisions.filter(decided_at__gte=start)
     if (end := parse_datetime_bound(to_date, "toDate")) is not None:
@@ -438,10 +502,16 @@ def decision_history(
 
 
 def _expired(snapshots: QuerySet[Snapshot], now: datetime) -> Coalesce:
-    """How many of ``snapshots`` (one agent's, or ``OuterRef("agent_id")``'s) are past their time to live
+    """How many of ``snapshots`` (some agents', or ``OuterRef("agent_id")``'s) are past their time to live
     but not swept yet: counted on ``snapshot_agent_expiry``, few since the sweeper removes them."""
-    overdue = snapshots.filter(expires_at__lte=now).order_by().values("agent_id").annotate(n=Count("*"))
-    return Coalesce(Subquery(overdue.values("n")), Value(0))
+    # COUNT(*) as a plain function, not an aggregate: Django adds no GROUP BY, so the subquery is one row
+    # whether it counts one agent's snapshots or several agents' (GET /api/suspended-runs).
+    overdue = (
+        snapshots.filter(expires_at__lte=now)
+        .order_by()
+        .annotate(n=Func(template="COUNT(*)", output_field=IntegerField()))
+    )
+    return Coalesce(Subquery(overdue.values("n")[:1]), Value(0))
 
 
 def _counter_key(thread_id: str | None, resource_id: str | None) -> dict[str, str]:

@@ -28,7 +28,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.core import access, metrics, outbox, receipts, tracing
+from agentrun.core import access, claims, metrics, outbox, receipts, tracing
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import notify_approvals
 from agentrun.core.models import Decision, Run, RunStep, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
@@ -363,7 +363,8 @@ def _decide_call(
         raise AgentRunError(
             "WRONG_DECISION_KIND", f"Tool call {call.tool_call_id} waits for approval: approve or decline it."
         )
-    if kind in ("approve", "decline") and not call.requires_approval:
+    declined_question = kind == "decline" and request.declines_question and not call.requires_approval
+    if kind in ("approve", "decline") and not call.requires_approval and not declined_question:
         raise AgentRunError("WRONG_DECISION_KIND", f"Tool call {call.tool_call_id} waits for resume data: resume it.")
     if request.suspension is not None and request.suspension != call.suspension:
         # The decider saw an earlier suspension of this call (a link, a chat message): it was decided,
@@ -405,6 +406,11 @@ def _decide_call(
         completes, progress_given = _count_approval(run, call, decider, current, edited_args)
         if call.approvals_required > 1:
             progress = {"required": call.approvals_required, "given": progress_given}
+    details = dict(decider.details) if decider.details is not None else None
+    # Someone else was on this call: never a reason to refuse, but the record says so
+    # (docs/dashboard.md#shared-work).
+    if claim := claims.claim_on_decision(call, decider.username):
+        details = {**(details or {}), "claim": claim}
     decision = _create_decision(
         run,
         call,
@@ -417,7 +423,7 @@ def _decide_call(
         reason=request.reason if kind != "resume" else None,
         decided_by=decider.user,
         decided_by_username=decider.username,
-        details=dict(decider.details) if decider.details is not None else None,
+        details=details,
         completes=completes,
     )
     if progress is not None:
@@ -425,7 +431,7 @@ def _decide_call(
     if completes:
         call.status = SuspendedToolCall.Status.DECIDED
         call.decision = decision
-        call.save(update_fields=["status", "decision"])
+        call.save(update_fields=["status", "decision", *claims.clear_on_decision(call)])
     elif edited_args is not None:
         # The next approver sees, and approves, this edit: the count started again with it.
         call.pending_args = edited_args

@@ -35,6 +35,7 @@ from agentrun.engine.types import AgentSpec, InnerCall, OpenCall, OutcomeStatus,
 logger = logging.getLogger("agentrun.engine")
 
 DEFAULT_DECLINE_REASON = "Tool call was not approved by the user"
+DECLINED_QUESTION = "Declined: the user chose not to answer this question"
 # The finish a segment's taker writes for the segment its dead predecessor left open (README
 # "Production"): the run is not failed, it goes on in the taker's segment right after.
 TAKEOVER_FINISH = {
@@ -216,7 +217,12 @@ class Segment:
         metrics.continuation_started(agent_id=run.agent_id, decided_at=decision.decided_at)
         payload_call = {"id": call.tool_call_id, "name": call.tool_name}
         args = args_to_run(call, decision)
-        if decision.kind == Decision.Kind.DECLINE and not call.inner_run_id:
+        if decision.kind == Decision.Kind.DECLINE and not call.inner_run_id and not call.requires_approval:
+            # A question the person declined to answer (docs/dashboard.md#cards): the tool is not asked
+            # again; the model reads a clear refusal.
+            said = f": {decision.reason}" if decision.reason else " (no reason given)"
+            outcome = Outcome("denied", output=f"{DECLINED_QUESTION}{said}")
+        elif decision.kind == Decision.Kind.DECLINE and not call.inner_run_id:
             reason = decision.reason or DEFAULT_DECLINE_REASON
             outcome = Outcome("denied", output=reason)
         elif call.inner_run_id:

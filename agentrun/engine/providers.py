@@ -65,6 +65,7 @@ def _words(text: str) -> int:
 TOOL_LINE = re.compile(r"^\s*/tool\s+(\S+)\s*(.*)$")
 FAIL_LINE = re.compile(r"^\s*/fail\s+(\S+)")
 SLEEP_LINE = re.compile(r"^\s*/sleep\s+(\d+(?:\.\d+)?)")
+SAY_LINE = re.compile(r"^\s*/say\s+(.*\S)")
 CONTINUATION_PREFIX = "Background tasks finished:"
 
 
@@ -113,15 +114,23 @@ class DirectiveModel:
             return
 
         tool_lines = [m for line in lines if (m := TOOL_LINE.match(line))]
+        # What the agent says in its own words (``/say <sentence>``): before its tool calls, as a model
+        # explains what it is about to do; without calls, that is its answer.
+        said = "\n".join(m.group(1) for line in lines if (m := SAY_LINE.match(line)))
         calls = [c for m in after if m["role"] == "assistant" for c in (m.get("tool_calls") or [])]
         if tool_lines and not calls:
+            for piece in re.findall(r"\s*\S+", said):
+                yield TextDelta(piece)
             for m in tool_lines:
                 args = decode_model_args(m.group(2).strip() or "{}")
                 yield ModelToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=m.group(1), args=args)
-            yield ModelFinish(usage_dict(prompt_words, sum(_words(m.group(0)) for m in tool_lines)), "tool-calls")
+            out = _words(said) + sum(_words(m.group(0)) for m in tool_lines)
+            yield ModelFinish(usage_dict(prompt_words, out), "tool-calls")
             return
         if calls:
             answer = "\n".join(result_line(results[c["id"]]) for c in calls if c["id"] in results)
+        elif said:
+            answer = said
         else:
             answer = f"Echo: {text.strip()}"
         async for event in self._say(answer, prompt_words):

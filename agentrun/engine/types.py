@@ -185,6 +185,10 @@ class DecisionRequest:
     # message), the suspension shown then. A call that changed since is refused.
     args_fingerprint: str | None = None
     suspension: int | None = None
+    # A decline of a ``suspend()`` call (a question): the tool is not run again, the model is told the
+    # person declined to answer, with the reason (docs/dashboard.md#cards). Only a door that offers it
+    # sets this; elsewhere a decline of such a call stays WRONG_DECISION_KIND.
+    declines_question: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Websocket authentication: the session cookie, ``Authorization: Token <key>`` (or ``Bearer <key>``), or
-``?token=<key>``; and the limits of docs/security.md ("Throttling") that apply before a consumer runs:
+``?token=<key>``; the origin check (``OriginCheck``); and the limits of docs/security.md ("Throttling")
+that apply before a consumer runs:
 
 - failed token authentications count per client address together with REST's
   (``AGENTRUN_TOKEN_FAILURE_RATE``); past the limit a token is not even looked up (the socket is
@@ -17,6 +18,7 @@ from urllib.parse import parse_qs
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.middleware import BaseMiddleware
+from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 
 from agentrun.api.authentication import token_failures
@@ -41,16 +43,44 @@ def _client_address(scope: dict) -> str:
     return client_address(meta)
 
 
+def token_of(scope: dict) -> str | None:
+    """The key a handshake offers: ``Authorization: Token|Bearer <key>``, else ``?token=<key>``."""
+    key = None
+    for name, value in scope.get("headers", []):
+        keyword, _, rest = value.partition(b" ")
+        if name == b"authorization" and keyword.lower() in (b"token", b"bearer"):
+            key = rest.decode("latin-1").strip()
+    if key is None:
+        key = (parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token") or [None])[0]
+    return key or None
+
+
+class OriginCheck:
+    """docs/api.md#websockets: a handshake with an ``Origin`` must name an allowed host (Channels'
+    ``AllowedHostsOriginValidator``); one without needs a token, and only the token authenticates it.
+
+    Every browser sends ``Origin`` on a websocket handshake, so its absence means a program (Python
+    ``websockets``, a Node service), which no other site's page can drive: the origin check protects a
+    browser's cookie and has nothing to protect there. The cookie of such a handshake is dropped, so a
+    program without a token is anonymous and refused as one; a cookie alone without ``Origin`` is
+    refused at the handshake as before.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.browsers = AllowedHostsOriginValidator(inner)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
+        headers = scope.get("headers", [])
+        if scope.get("type") == "websocket" and token_of(scope) and not any(n == b"origin" for n, _ in headers):
+            scope = dict(scope, headers=[(n, v) for n, v in headers if n != b"cookie"])
+            return await self.inner(scope, receive, send)
+        return await self.browsers(scope, receive, send)
+
+
 class TokenAuthMiddleware(BaseMiddleware):
     async def __call__(self, scope: dict, receive: Any, send: Any) -> Any:
-        key = None
-        for name, value in scope.get("headers", []):
-            keyword, _, rest = value.partition(b" ")
-            if name == b"authorization" and keyword.lower() in (b"token", b"bearer"):
-                key = rest.decode("latin-1").strip()
-        if key is None:
-            key = (parse_qs(scope.get("query_string", b"").decode()).get("token") or [None])[0]
-        if key:
+        if key := token_of(scope):
             address, limit = _client_address(scope), token_failures()
             user = None if limit.wait(address) is not None else await _user_for_token(key)
             if user is not None:

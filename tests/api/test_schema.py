@@ -32,6 +32,7 @@ CONTRACT_PATHS = {
     ("/api/agents/{agentId}/stream", "post"),
     ("/api/agents/{agentId}/generate", "post"),
     ("/api/agents/{agentId}/suspended-runs", "get"),
+    ("/api/suspended-runs", "get"),
     ("/api/agents/{agentId}/runs/{runId}/approve", "post"),
     ("/api/agents/{agentId}/runs/{runId}/decline", "post"),
     ("/api/agents/{agentId}/runs/{runId}/resume", "post"),
@@ -76,6 +77,9 @@ def test_the_schema_documents_every_endpoint_of_the_contract(client):
         "perPage",
         "page",
     }
+    across = schema["paths"]["/api/suspended-runs"]["get"]
+    assert {p["name"] for p in across["parameters"]} == {p["name"] for p in listing["parameters"]} | {"agentId"}
+    assert across["responses"]["200"] == listing["responses"]["200"]
     approve = schema["paths"]["/api/agents/{agentId}/runs/{runId}/approve"]["post"]
     assert {"202", "400", "401", "403", "404", "409", "413"} <= set(approve["responses"])
     assert "text/event-stream" in approve["responses"]["200"]["content"]
@@ -207,6 +211,7 @@ def test_fuzzing_also_sees_real_objects(api_schema, auth_header):
         ("/api/decisions", "GET", {}),
         ("/api/agents/", "GET", {}),
         ("/api/agents/{agentId}/suspended-runs", "GET", {"agentId": "support-agent"}),
+        ("/api/suspended-runs", "GET", {}),
         ("/api/runs/{runId}/cancel", "POST", {"runId": run.id}),  # a finished run: 409
         ("/api/background-tasks", "GET", {}),
     ]:
@@ -214,4 +219,4 @@ def test_fuzzing_also_sees_real_objects(api_schema, auth_header):
         response = case.call_and_validate(headers=auth_header, checks=CHECKS)
         assert response.status_code in (200, 409)
         checked += 1
-    assert checked == 8
+    assert checked == 9

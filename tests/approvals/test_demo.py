@@ -48,3 +48,17 @@ def test_only_the_account_that_audits_in_the_admin_is_staff(monkeypatch):
     seed(monkeypatch)
     staff = dict(get_user_model().objects.values_list("username", "is_staff"))
     assert staff == {"reviewer": True, "viewer": False}
+
+
+def test_the_seeded_calls_show_the_agents_own_words_on_their_cards(monkeypatch, client):
+    """The demo's runs say what they are about to do (``/say``): each card quotes it."""
+    seed(monkeypatch, AGENTRUN_REVIEWER_PASSWORD="pw-reviewer-demo")
+    assert client.login(username="reviewer", password="pw-reviewer-demo")
+    for thread, words in (
+        ("demo-orders", "I will email her that it is on its way."),
+        ("demo-cleanup", "I will delete it and tell operations."),
+        ("demo-travel", "I need to ask before shipping."),
+        ("demo-billing", "Refunding order A-881 in full: 25.50."),  # the sub-agent's own words
+    ):
+        page = client.get(f"/approvals/threads/{thread}/").content.decode()
+        assert 'data-testid="call-reason"' in page and words in page, thread

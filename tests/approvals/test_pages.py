@@ -280,3 +280,63 @@ def test_history_keeps_the_risk_the_reviewer_saw_after_the_tool_changes_its_decl
     )
     exported = {r["tool_name"]: r["risk"] for r in csv.DictReader(io.StringIO(response.content.decode()))}
     assert exported == {"delete-record": "high", "send-email": "medium"}
+
+
+# --- inbox: pages and counts ------------------------------------------------------------------------
+def inbox_threads(page: str) -> list[str]:
+    return re.findall(r'class="thread-row[^"]*" data-thread-id="([^"]*)"', page)
+
+
+def inbox_count(page: str) -> str:
+    found = re.search(r'data-testid="inbox-count"[^>]*>\s*<strong>([^<]*)</strong>', page)
+    return " ".join(found.group(1).split()) if found else ""
+
+
+def test_the_inbox_pages_by_thread_and_says_how_many_wait_in_all(reviewer, monkeypatch, django_assert_max_num_queries):
+    """docs/dashboard.md#inbox: "2 of 5 threads waiting", a link to the next page keeping the sort and
+    the filters, pages that neither overlap nor skip, and a fixed number of queries per page."""
+    monkeypatch.setattr("approvals.selectors.INBOX_MAX_ROWS", 2)
+    client, _ = reviewer
+    threads = [f"p-{i} /%#ü" for i in range(5)]
+    for thread in threads:
+        suspend("send-email", EMAIL, thread=thread, resource="pager")
+    suspend("delete-record", {"table": "t", "id": 1}, thread=threads[1], resource="pager")  # 2 calls, 1 thread
+    first = client.get(reverse("approvals:inbox"), {"resource": "pager"}).content.decode()
+    assert inbox_threads(first) == threads[:2]
+    assert inbox_count(first) == "2 of 5 threads waiting"
+    assert "6 open calls in all" in first
+    nxt = re.search(r'<a rel="next" href="([^"]+)"', first).group(1).replace("&amp;", "&")
+    assert "resource=pager" in nxt and "page=2" in nxt
+    second = client.get(reverse("approvals:inbox") + nxt).content.decode()
+    assert inbox_threads(second) == threads[2:4]
+    assert inbox_count(second) == "3–4 of 5 threads waiting"
+    last = client.get(reverse("approvals:inbox"), {"resource": "pager", "page": "3"}).content.decode()
+    assert inbox_threads(last) == threads[4:] and 'rel="next"' not in last and 'rel="prev"' in last
+    # The sort is kept from page to page.
+    newest = client.get(reverse("approvals:inbox"), {"resource": "pager", "sort": "newest"}).content.decode()
+    nxt = re.search(r'<a rel="next" href="([^"]+)"', newest).group(1).replace("&amp;", "&")
+    assert "sort=newest" in nxt
+    newest_2 = client.get(reverse("approvals:inbox") + nxt).content.decode()
+    assert inbox_threads(newest) + inbox_threads(newest_2) == [threads[1], threads[4], threads[3], threads[2]]
+    # Past the end, or nonsense: the last page, or the first; never an error.
+    assert (
+        inbox_threads(client.get(reverse("approvals:inbox"), {"resource": "pager", "page": "99"}).content.decode())
+        == threads[4:]
+    )
+    assert (
+        inbox_threads(client.get(reverse("approvals:inbox"), {"resource": "pager", "page": "x"}).content.decode())
+        == threads[:2]
+    )
+    _, few = inbox_queries(client, django_assert_max_num_queries, resource="pager", page="2")
+    for i in range(4):
+        suspend("send-email", EMAIL, thread=f"p-more-{i}", resource="pager")
+    _, many = inbox_queries(client, django_assert_max_num_queries, resource="pager", page="2")
+    assert few == many
+
+
+def test_the_inbox_chips_say_their_unit(reviewer):
+    client, _ = reviewer
+    suspend("send-email", EMAIL, thread="unit-1", resource="r")
+    page = client.get(reverse("approvals:inbox")).content.decode()
+    assert re.search(r'<strong class="n">1</strong> run waiting', page)
+    assert inbox_count(page) == "1 of 1 thread waiting"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import unquote
 
 import pytest
@@ -422,3 +423,51 @@ def test_the_thread_page_reads_a_fixed_number_of_queries(reviewer, django_assert
     with django_assert_max_num_queries(len(few.captured_queries)):
         html = client.get(url).content.decode()
     assert html.count("data-tool-call-id=") == 7
+
+
+def test_approve_all_lists_every_argument_in_full_and_asks_only_while_two_calls_wait(reviewer):
+    client, _ = reviewer
+    long_body = "It shipped. " * 40 + "<b>end</b>"
+    runs = [
+        suspend("send-email", dict(EMAIL, body=long_body), thread="t-full"),
+        suspend("delete-record", {"table": "users", "id": 7}, thread="t-full"),
+    ]
+    url = reverse("approvals:decide-all")
+    asked = client.post(url, {"thread_id": "t-full", "ask": "approve"}, headers={"HX-Request": "true"}).content.decode()
+    assert "Approve these 2 calls?" in asked
+    listed = re.findall(r'<pre class="json batch-args"[^>]*>(.*?)</pre>', asked, re.S)
+    assert len(listed) == 2
+    assert ("It shipped. " * 40).strip() in listed[0] and "&lt;b&gt;end&lt;/b&gt;" in listed[0] and "…" not in listed[0]
+    assert '"table": "users"' in listed[1].replace("&quot;", '"') and "high risk" in asked
+    # One of them is decided elsewhere: nothing left to decide together, no "Approve these 1 call?".
+    call = open_call(runs[0])
+    client.post(decide_url(call), {"action": "decline", "args_fingerprint": args_fingerprint(call.args)})
+    again = client.post(url, {"thread_id": "t-full", "ask": "approve"}, headers={"HX-Request": "true"}).content.decode()
+    assert "Approve these" not in again and "Fewer than two calls wait" in again
+    page = client.get(reverse("approvals:thread", args=["t-full"])).content.decode()
+    assert 'class="batch-ask"' not in page
+
+
+def test_a_question_is_declined_with_a_reason_through_the_decision_service(reviewer):
+    """docs/dashboard.md#cards: the tool is not asked again; the model reads a clear refusal."""
+    client, _ = reviewer
+    run_id = suspend("ask-user", {"question": "Which city?"}, thread="t-q-decline")
+    call = open_call(run_id)
+    page = client.get(reverse("approvals:thread", args=["t-q-decline"])).content.decode()
+    assert "Decline to answer" in page
+    answer = client.post(
+        decide_url(call),
+        {"action": "decline_question", "reason": "<b>not</b> our business"},
+        headers={"HX-Request": "true"},
+    )
+    assert answer.status_code == 200 and "Declined" in answer.content.decode()
+    decision = Decision.objects.get(run_id=run_id)
+    assert (decision.kind, decision.reason, decision.via) == ("decline", "<b>not</b> our business", "dashboard")
+    run = wait_until_final(run_id)
+    assert run.status == "completed"
+    said = " ".join(m.content for m in Message.objects.filter(run_id=run_id))
+    assert "declined" in said.lower()
+    steps = json.dumps([s.step_details for s in run.steps.all()])
+    assert "Declined: the user chose not to answer this question: <b>not</b> our business" in json.loads(
+        json.dumps(steps)
+    )

@@ -65,7 +65,8 @@ def test_editing_is_an_explicit_mode_and_edit_and_approve_runs_the_edit(login, s
     expect(card.get_by_role("button", name="Edit & approve")).to_be_hidden()
 
     card.get_by_role("button", name="Edit", exact=True).click()
-    expect(editor).to_be_visible()
+    expect(card.get_by_label("to", exact=True)).to_have_value("ann@example.com")  # a field per argument
+    expect(editor).to_be_visible()  # and the JSON beside them
     expect(approve).to_be_enabled()  # the editor still holds the arguments shown
     editor.fill(json.dumps(dict(EMAIL, to="bob@example.com"), indent=2))
     expect(approve).to_be_disabled()  # what is shown is not what is in the editor
@@ -78,6 +79,7 @@ def test_editing_is_an_explicit_mode_and_edit_and_approve_runs_the_edit(login, s
 
     card.get_by_role("button", name="Edit", exact=True).click()
     expect(editor).to_have_value(re.compile(r'"to": "ann@example.com"'))  # the edit was dropped
+    expect(card.get_by_label("to", exact=True)).to_have_value("ann@example.com")
     editor.fill(json.dumps(dict(EMAIL, to="bob@example.com")))
     with page.expect_request(lambda r: r.method == "POST" and "/decide" in r.url) as posted:
         card.get_by_role("button", name="Edit & approve").click()
@@ -285,7 +287,7 @@ def test_approve_all_lists_the_calls_once_then_decides_exactly_those(login, susp
     page.get_by_role("button", name="Approve all").click()
     confirm = page.get_by_role("alertdialog")
     expect(confirm).to_contain_text("Approve these 3 calls?")
-    for text in ("send-email", "delete-record", "billing-agent → refund", "amount=5", "high risk"):
+    for text in ("send-email", "delete-record", "billing-agent → refund", '"amount": 5', "high risk"):
         expect(confirm).to_contain_text(text)
     expect(confirm).not_to_contain_text("ask-user")  # an answer is not an approval
     screenshot(page, "thread-batch-confirm-375")
@@ -364,11 +366,26 @@ def test_keyboard_moves_between_cards_and_decides_the_focused_one(login, suspend
     page.keyboard.press("a")  # a second stray key press does not confirm either
     page.keyboard.press("Enter")  # Enter lands on Cancel
     expect(card.get_by_role("alertdialog")).to_have_count(0)
+    expect(call_card(page, risky)).to_be_focused()  # focus comes back to the card, not to <body>
     assert not Decision.objects.filter(run_id=risky_run).exists()
+    # Esc leaves a confirmation the same way.
+    page.keyboard.press("a")
+    expect(card.get_by_role("alertdialog")).to_contain_text("High risk")
+    page.keyboard.press("Escape")
+    expect(card.get_by_role("alertdialog")).to_have_count(0)
+    expect(call_card(page, risky)).to_be_focused()
 
     page.keyboard.press("k")
     expect(call_card(page, first)).to_be_focused()
+    page.keyboard.press("d")  # d asks for a reason; nothing is declined yet
+    reason = call_card(page, first).get_by_label("Reason")
+    expect(reason).to_be_focused()
+    page.keyboard.press("Escape")  # changed my mind: back to the card
+    expect(call_card(page, first)).to_be_focused()
+    assert not Decision.objects.filter(run_id=first_run).exists()
     page.keyboard.press("d")
+    page.keyboard.type("wrong address")
+    page.keyboard.press("Enter")
     expect(page.locator(f'[data-decided-call-id="{first}"]')).to_contain_text("Declined")
     expect(call_card(page, risky)).to_be_focused()  # focus moved on to the next card
     page.keyboard.press("j")
@@ -377,6 +394,7 @@ def test_keyboard_moves_between_cards_and_decides_the_focused_one(login, suspend
     expect(page.locator(f'[data-decided-call-id="{last}"]')).to_contain_text("Approved")
 
     assert Decision.objects.get(run_id=first_run).kind == "decline"
+    assert Decision.objects.get(run_id=first_run).reason == "wrong address"
     assert Decision.objects.get(run_id=last_run).kind == "approve"
     assert not Decision.objects.filter(run_id=risky_run).exists()
     # Typing in a box is typing, not shortcuts.

@@ -150,3 +150,36 @@ async def test_twenty_four_concurrent_deciders_decide_exactly_once():
 @pytest.mark.django_db(transaction=True)
 async def test_concurrent_deciders_decide_exactly_once_on_any_database():
     await _exactly_once(6)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_listing_across_agents_uses_snapshot_indexes_at_volume():
+    """GET /api/suspended-runs (docs/api.md#across-agents): several agents at once, still on indexes."""
+    bulk_suspended_runs(12_000, agents=10, threads=400, resources=150, start=START)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE agentrun_snapshot")
+    agents = [f"bulk-agent-{n}" for n in range(6)]
+    for label, filters in _filters().items():
+        with CaptureQueriesContext(connection) as captured:
+            page = list_suspended_runs(agent_ids=agents, **filters)
+        assert len(captured.captured_queries) == 3, label
+        assert page.total >= len(page.runs) > 0, label
+        assert {r.agent_id for r in page.runs} <= set(agents)
+        if not ({"per_page", "thread_id", "resource_id"} & set(filters)):
+            continue  # most of the table (6 agents of 10, unpaged): reading it whole is the right plan
+        for sql in [q["sql"] for q in captured.captured_queries if '"agentrun_snapshot"' in q["sql"]]:
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN " + sql)
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "Seq Scan on agentrun_snapshot" not in plan, f"{label}:\n{sql[:1000]}\n{plan[:2000]}"
+            assert INDEX_ON_SNAPSHOT.search(plan), f"{label}: no snapshot index\n{sql[:1000]}\n{plan[:2000]}"
+    everything = list_suspended_runs(agent_ids=agents)
+    assert everything.total == len(everything.runs) == 7_200
+    assert [(r.created_at, r.run_id) for r in everything.runs] == sorted(
+        ((r.created_at, r.run_id) for r in everything.runs), reverse=True
+    )
+    paged = list_suspended_runs(agent_ids=agents, per_page=50, page=3)
+    assert [r.run_id for r in paged.runs] == [r.run_id for r in everything.runs[150:200]]
+    one = list_suspended_runs(agent_ids=["bulk-agent-1"], thread_id="bulk-thread-27")
+    assert one.to_dict() == list_suspended_runs(agent_id="bulk-agent-1", thread_id="bulk-thread-27").to_dict()

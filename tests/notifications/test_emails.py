@@ -122,3 +122,29 @@ class AlwaysFailing:
 
     def send_messages(self, messages: list) -> int:
         raise ConnectionRefusedError("the mail server refused the connection")
+
+
+def test_a_routing_rule_emails_its_group_first_and_the_others_only_if_the_call_still_waits(settings):
+    """docs/dashboard.md#shared-work: the routed group's members are told at once; the other reviewers'
+    notices wait for the head start, and are not sent at all if the call was decided meanwhile."""
+    settings.AGENTRUN_REVIEW_ROUTES = {"tools": {"send-email": "Mail desk"}, "agents": {}}
+    settings.AGENTRUN_ROUTE_HEAD_START_SECONDS = 3600
+    desk = make_user("dora", email="dora@example.com")
+    desk.groups.add(Group.objects.create(name="Mail desk"))
+    make_user("rita", email="rita@example.com")
+    email_run(thread="t-routed-mail")
+    sent_emails(1)
+    wait_for_tasks()
+    assert outbox_to() == ["dora@example.com"]
+    later = EmailNotice.objects.get(user__username="rita")
+    assert later.sent_at is None and later.next_attempt_at > timezone.now()
+    # The head start is over but the call was decided: nothing is sent to rita.
+    from agentrun.core.models import SuspendedToolCall
+
+    call = SuspendedToolCall.objects.get(status="open", run__thread_id="t-routed-mail")
+    decide_call(agent_id="support-agent", run_id=call.run_id, kind="decline", tool_call_id=call.tool_call_id)
+    wait_for_tasks()
+    mail.outbox.clear()
+    EmailNotice.objects.filter(pk=later.pk).update(next_attempt_at=timezone.now())
+    delivery.send_notice.call(later.pk)
+    assert mail.outbox == []

@@ -72,6 +72,8 @@ REST = table("""
 | POST agent stream            | 401       | 403    | 404   | 200      | 200       | AGENT_NOT_FOUND |
 | POST agent generate          | 401       | 403    | 404   | 200      | 200       | AGENT_NOT_FOUND |
 | GET suspended-runs           | 401       | 200+   | 404   | 200+     | 200+      | AGENT_NOT_FOUND |
+| GET all suspended-runs       | 401       | 200+   | 200-  | 200+     | 200+      | -               |
+| GET all suspended-runs of a  | 401       | 200+   | 404   | 200+     | 200+      | AGENT_NOT_FOUND |
 | POST approve                 | 401       | 403    | 404   | 202      | 202       | AGENT_NOT_FOUND |
 | POST decline                 | 401       | 403    | 404   | 202      | 202       | AGENT_NOT_FOUND |
 | POST resume                  | 401       | 403    | 404   | 202      | 202       | AGENT_NOT_FOUND |
@@ -253,6 +255,10 @@ async def rest_call(row: str, world: World) -> Call:
             return Call("POST", f"/api/agents/{TARGET}/generate", {"messages": "hello", "memory": memory})
         case "GET suspended-runs":
             return Call("GET", f"/api/agents/{TARGET}/suspended-runs")
+        case "GET all suspended-runs":
+            return Call("GET", "/api/suspended-runs")
+        case "GET all suspended-runs of a":
+            return Call("GET", f"/api/suspended-runs?agentId={TARGET}")
         case "POST approve" | "POST decline":
             run_id = await email_run(thread)
             return Call("POST", f"/api/agents/{TARGET}/runs/{run_id}/{row.split()[1]}", {}, run_id=run_id)
@@ -292,7 +298,7 @@ def shows_target(row: str, body: dict, world: World) -> bool:
     match row:
         case "GET agents":
             return TARGET in [a["id"] for a in body["data"]]
-        case "GET suspended-runs":
+        case "GET suspended-runs" | "GET all suspended-runs" | "GET all suspended-runs of a":
             return world.email_run in [r["runId"] for r in body["runs"]]
         case "GET thread messages":
             return bool(body["data"])

@@ -120,7 +120,7 @@ async def test_subscriber_joining_while_run_produces_misses_nothing():
     assert await RunChunk.objects.filter(run_id=stream.run_id).acount() == len(produced)
 
 
-async def test_socket_without_credentials_or_origin_is_refused():
+async def test_socket_without_credentials_is_refused():
     agent = get_agent("support-agent")
     stream = await agent.stream("hi", memory={"thread": "ws-4"})
     await stream.collect()
@@ -128,11 +128,60 @@ async def test_socket_without_credentials_or_origin_is_refused():
     assert (await anonymous.connect())[0]
     frame = await anonymous.receive_json_from(timeout=5)
     assert frame["error"]["code"] == "NOT_AUTHENTICATED"
+
+
+@sync_to_async
+def session_cookie(username: str) -> bytes:
+    """A signed-in browser's session cookie (a reviewer's)."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def test_a_token_client_without_origin_is_accepted_a_foreign_origin_and_a_bare_cookie_are_not():
+    """docs/api.md#websockets: programs send no Origin and authenticate with a token; browsers keep the check."""
+    agent = get_agent("support-agent")
+    stream = await agent.stream("hi there", memory={"thread": "ws-origin"})
+    produced = await stream.collect()
     token = await reviewer_token("otto")
-    no_origin = WebsocketCommunicator(application, f"/ws/runs/{stream.run_id}/?token={token}")
-    connected, _ = await no_origin.connect()
-    assert not connected
+    path = f"/ws/runs/{stream.run_id}/"
+    for offered in (
+        {"path": f"{path}?token={token}", "headers": []},
+        {"path": path, "headers": [(b"authorization", f"Token {token}".encode())]},
+        {"path": path, "headers": [(b"authorization", f"Bearer {token}".encode())]},
+    ):
+        program = WebsocketCommunicator(application, offered["path"], headers=offered["headers"])
+        assert (await program.connect())[0], offered
+        assert await receive_until(program, lambda f: f["type"] == "finish") == produced
+        assert (await program.receive_output(timeout=5))["code"] == 1000
+    # A foreign Origin is refused even with a good token; so is an Origin of "null".
+    for origin in (b"http://evil.example", b"null", b""):
+        foreign = WebsocketCommunicator(application, f"{path}?token={token}", headers=[(b"origin", origin)])
+        assert not (await foreign.connect())[0], origin
+    # A session cookie is a browser's credential: without Origin it is refused at the handshake...
+    cookie = await session_cookie("otto")
+    browser = WebsocketCommunicator(application, path, headers=[(b"cookie", cookie), *ORIGIN])
+    assert (await browser.connect())[0]  # (the same cookie with an allowed Origin is fine)
+    assert await receive_until(browser, lambda f: f["type"] == "finish") == produced
+    bare = WebsocketCommunicator(application, path, headers=[(b"cookie", cookie)])
+    assert not (await bare.connect())[0]
+    # ...and a token that is no token does not let it ride along: only the token authenticates.
+    riding = WebsocketCommunicator(application, f"{path}?token=not-a-token", headers=[(b"cookie", cookie)])
+    assert (await riding.connect())[0]
+    assert (await riding.receive_json_from(timeout=5))["error"]["code"] == "NOT_AUTHENTICATED"
     await asyncio.sleep(0)
+
+
+async def test_the_approvals_feed_takes_a_token_client_without_origin():
+    token = await reviewer_token("feeder")
+    program = WebsocketCommunicator(application, f"/ws/approvals/?token={token}")
+    assert (await program.connect())[0]
+    await program.disconnect()
+    anonymous = WebsocketCommunicator(application, "/ws/approvals/?token=nope")
+    assert not (await anonymous.connect())[0]
 
 
 async def test_a_client_that_disconnects_does_not_stop_the_run():

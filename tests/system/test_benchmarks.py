@@ -29,6 +29,7 @@ ROWS = [
     "suspend → approve → complete, in-process, SQLite",
     "suspend → approve → complete, in-process, PostgreSQL",
     "`/approvals/metrics/` reads at N decisions",
+    "`/approvals/` inbox, first page, 30 waiting threads",
     "sweep's prune round",
     "approve over REST on web B → first continuation chunk",
     "chunks/s to each of 10 `ws/runs` subscribers",

@@ -139,3 +139,58 @@ def test_slow_subscribers_of_a_10k_chunk_run_are_closed_cleanly_and_resume_witho
         f"ws/runs slow subscribers: {len(logged)} chunks x 10 subscribers (5 slow) in {elapsed:.1f} s, "
         f"{resumed} closes with 4008 then resumed, 0 lost, 0 resets"
     )
+
+
+async def _program_without_origin(port: int, token: str) -> tuple[str, str]:
+    """A non-browser client (Python ``websockets`` sends no Origin): a token in the header, then in the query."""
+    header = {"Authorization": f"Token {token}"}
+    url = f"ws://127.0.0.1:{port}/ws/agents/support-agent/"
+    async with websockets.connect(url, additional_headers=header, open_timeout=10) as ws:
+        assert "origin" not in {k.lower() for k in ws.request.headers}
+        await ws.send(json.dumps({"action": "stream", "messages": "no origin here"}))
+        frames = []
+        while not frames or frames[-1]["type"] != "finish":
+            frames.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+        run_id = frames[0]["runId"]
+    text = "".join(f["payload"]["text"] for f in frames if f["type"] == "text-delta")
+    async with websockets.connect(
+        f"ws://127.0.0.1:{port}/ws/runs/{run_id}/?after=0&token={token}", open_timeout=10
+    ) as ws:
+        replay = []
+        while not replay or replay[-1]["type"] != "finish":
+            replay.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+        with pytest.raises(websockets.ConnectionClosedOK):
+            await asyncio.wait_for(ws.recv(), 10)
+    assert replay == frames
+    return text, run_id
+
+
+async def _refused(url: str, **kwargs) -> int:
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(url, open_timeout=10, **kwargs):
+            pass
+    return refused.value.response.status_code
+
+
+def test_a_program_without_origin_connects_with_a_token_and_browsers_keep_the_origin_check(processes):
+    """docs/api.md#websockets through the real server: no Origin + a token is accepted; a foreign Origin and a
+    cookie without Origin are refused at the handshake (HTTP 403)."""
+    token = create_reviewer(processes, "ws-program")
+    _, port = processes.daphne("daphne")
+    processes.worker("worker")
+    text, _ = asyncio.run(_program_without_origin(port, token))
+    assert text == "Echo: no origin here"
+    url = f"ws://127.0.0.1:{port}/ws/agents/support-agent/?token={token}"
+    assert asyncio.run(_refused(url, origin="http://evil.example")) == 403
+    session = requests.Session()
+    login = session.get(f"http://127.0.0.1:{port}/accounts/login/")
+    csrf = session.cookies["csrftoken"]
+    session.post(
+        f"http://127.0.0.1:{port}/accounts/login/",
+        data={"username": "ws-program", "password": "pw-12345678", "csrfmiddlewaretoken": csrf},
+        headers={"Referer": login.url},
+    )
+    cookie = "; ".join(f"{k}={v}" for k, v in session.cookies.items())
+    assert "sessionid=" in cookie
+    bare = f"ws://127.0.0.1:{port}/ws/agents/support-agent/"
+    assert asyncio.run(_refused(bare, additional_headers={"Cookie": cookie})) == 403
