@@ -191,11 +191,24 @@ async def test_an_agent_socket_says_where_to_pick_a_run_up_and_stays_usable(outa
     await rest.disconnect()
 
 
-async def test_the_run_event_stream_ends_with_an_error_event_and_no_done(outage):
+@pytest.fixture
+def staged_driver(transactional_db):
+    """Stages a live driver of a run (its lease), released once the outage is over (asked for before it)."""
+    staged: list[str] = []
+
+    def stage(run_id: str):  # noqa: ANN202 - the update's coroutine
+        staged.append(run_id)
+        return Run.objects.filter(pk=run_id).aupdate(lease_owner="host:1:alive", lease_expires_at=far_future())
+
+    yield stage
+    Run.objects.filter(pk__in=staged).update(lease_owner=None, lease_expires_at=None)
+
+
+async def test_the_run_event_stream_ends_with_an_error_event_and_no_done(staged_driver, outage):
     token = await reviewer_token("out-sse")
     run_id, last = await suspended("out-sse")
     # Someone drives the run (a live lease): the stream stays open, live.
-    await Run.objects.filter(pk=run_id).aupdate(lease_owner="host:1:alive", lease_expires_at=far_future())
+    await staged_driver(run_id)
     response = await AsgiClient({"Authorization": f"Token {token}"}).get(f"/api/runs/{run_id}/stream?after={last - 1}")
     parts = response.parts(timeout=30)
     events = parse(await anext(parts))
