@@ -461,6 +461,7 @@ def test_approve_all_lists_every_argument_in_full_and_asks_only_while_two_calls_
     assert 'class="batch-ask"' not in page
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_question_is_declined_with_a_reason_through_the_decision_service(reviewer):
     """docs/dashboard.md#cards: the tool is not asked again; the model reads a clear refusal."""
     client, _ = reviewer

@@ -232,3 +232,10 @@ def _close_engine_db_connections() -> Iterator[None]:
     Engine work here runs in short-lived threads (``run_python_api``) that close their connections.
     """
     yield
+
+
+@pytest.fixture(autouse=True)
+def _engine_settles_on_the_tests_loop() -> Iterator[None]:
+    """Browser tests run without pytest-asyncio (its loop clashes with Playwright's): there is no test
+    loop to settle on; the suite's wait before the flush still runs."""
+    yield
