@@ -87,6 +87,8 @@ async def test_plain_stream_without_until_idle_returns_after_the_first_turn():
     # The task goes on after the stream ended, on this test's event loop: it lands before the test ends.
     completed = BackgroundTask.objects.filter(run_id=stream.run_id, status=BackgroundTask.Status.COMPLETED)
     await async_wait_until(completed.aexists, 10, "the background task to complete")
+    released = Run.objects.filter(pk=stream.run_id, lease_owner__isnull=True)
+    await async_wait_until(released.aexists, 30, "the run's driver to let it go")
 
 
 flaky_calls: dict[str, int] = {}
