@@ -331,6 +331,41 @@ def cycles(config: dict, count: int) -> dict:
     return figures
 
 
+def topology(config: dict, redis: str, runs: int) -> dict:
+    """Decisions/s end to end with 2 web + 2, then 3 workers (``benchmarks/topology.py``), in a process
+    and a database of their own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "AGENTRUN_TASK_BACKEND")}
+    env |= {"BENCH_PG": config["pg"], "BENCH_REDIS_URL": redis, "BENCH_DB_PREFIX": config["prefix"]}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "topology.py"), "--runs", str(runs)],
+        env=env | {"PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmarks/topology.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return {"topology": json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def topology_rows(f: dict, row) -> list[str]:  # noqa: ANN001 - table()'s row()
+    lines = []
+    for r in f.get("topology", {}).get("rounds", []):
+        cores = r["cpu_cores"]
+        split = ", ".join(f"{name} {cores[name]:.2f}" for name in ("web", "worker", "postgres", "redis", "client"))
+        lines.append(
+            row(
+                f"decisions/s end to end (approve over REST → run completed), 2 web + {r['workers']} workers, "
+                f"{r['clients']} clients",
+                f"{r['decisions_per_s']:.0f}/s; CPU cores: {split}; bottleneck: {r['bottleneck']}",
+                "a figure; the bottleneck named",
+                None,
+            )
+        )
+    return lines
+
+
 # --- the table -----------------------------------------------------------------------------------
 def ms(figure: dict) -> str:
     return f"{figure['median']:.1f} ms (p95 {figure['p95']:.1f})"
@@ -440,6 +475,7 @@ def table(n: int, f: dict, load: dict) -> str:
         )
     )
     lines.append(row("… the subscriber furthest behind at the run's end", f"{behind:.2f} s", "≤ 1 s", behind <= 1))
+    lines += topology_rows(f, row)
     return "\n".join(lines)
 
 
@@ -456,6 +492,7 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=int(os.environ.get("BENCH_WORDS", 10_000)))
     parser.add_argument("--cycles", type=int, default=int(os.environ.get("BENCH_CYCLES", 30)))
     parser.add_argument("--reference-n", type=int, default=REFERENCE_N, help="N of the ratio's denominator")
+    parser.add_argument("--topology-runs", type=int, default=int(os.environ.get("BENCH_TOPOLOGY_RUNS", 200)))
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--drop", action="store_true", help="drop the seeded database(s) at the end")
     parser.add_argument("--only-rest-unfiltered", action="store_true", help=argparse.SUPPRESS)
@@ -531,6 +568,7 @@ def main() -> None:
         figures["rest_unfiltered_reference"] = reference
         figures["ratio"] = figures["rest_unfiltered"]["median"] / reference["median"]
     figures |= cycles(config, args.cycles)
+    figures |= topology(config, redis, args.topology_runs)
     load["after"] = loadavg()
     figures["load"] = load
     print(table(args.n, figures, load))

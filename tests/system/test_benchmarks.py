@@ -34,6 +34,8 @@ ROWS = [
     "approve over REST on web B → first continuation chunk",
     "chunks/s to each of 10 `ws/runs` subscribers",
     "the subscriber furthest behind",
+    "decisions/s end to end (approve over REST → run completed), 2 web + 2 workers",
+    "decisions/s end to end (approve over REST → run completed), 2 web + 3 workers",
 ]
 
 
@@ -48,7 +50,7 @@ def test_the_suite_prints_every_row_with_a_number():
         BENCH_DB_PREFIX=f"{db['NAME']}_bench_{os.getpid()}",
         BENCH_REDIS_URL=settings.REDIS_URL,
     )
-    small = ["--n", "30", "--reference-n", "30", "--repeat", "3", "--latency-runs", "2", "--words", "200"]
+    small = ["--n", "30", "--reference-n", "30", "--repeat", "3", "--latency-runs", "2", "--words", "200", "--topology-runs", "20"]
     done = subprocess.run(
         [sys.executable, "benchmarks/suite.py", *small, "--cycles", "2", "--drop"],
         cwd=ROOT,
