@@ -50,7 +50,8 @@ def test_the_suite_prints_every_row_with_a_number():
         BENCH_DB_PREFIX=f"{db['NAME']}_bench_{os.getpid()}",
         BENCH_REDIS_URL=settings.REDIS_URL,
     )
-    small = ["--n", "30", "--reference-n", "30", "--repeat", "3", "--latency-runs", "2", "--words", "200", "--topology-runs", "20"]
+    small = ["--n", "30", "--reference-n", "30", "--repeat", "3", "--latency-runs", "2", "--words", "200"]
+    small += ["--topology-runs", "20"]
     done = subprocess.run(
         [sys.executable, "benchmarks/suite.py", *small, "--cycles", "2", "--drop"],
         cwd=ROOT,
