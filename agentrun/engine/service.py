@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from django.db import IntegrityError, transaction
 
+from agentrun.core import receipts
 from agentrun.core.models import StandingGrant
 from agentrun.engine import dispatch
 from agentrun.engine.decisions import (
@@ -64,7 +65,8 @@ def decide(
 def _decide(command: DecisionCommand, on_recorded: Callable[[DecisionOutcome], None] | None) -> DecisionOutcome:
     """One transaction: the decisions and the continuation's queue row (docs/architecture.md)."""
     try:
-        with transaction.atomic():
+        # The receipts last: the audit chain's head is locked from their insert to the commit only.
+        with transaction.atomic(), receipts.sealed_last():
             outcome = record_decisions(command)
             if outcome.continue_run_id:
                 dispatch.enqueue_continuation(outcome.continue_agent_id, outcome.continue_run_id)
