@@ -139,6 +139,6 @@ async def test_the_audit_chain_head_is_locked_last_in_a_decision():
     # (The continuation the decision queued may start before the phase ends: its statements come after.)
     head = tables.index("agentrun_auditchainhead")
     assert tables[head + 1] == "agentrun_auditreceipt", _listing(decide)
-    assert {"agentrun_decision", "agentrun_suspendedtoolcall", "agentrun_snapshot"} <= set(tables[:head]), (
-        _listing(decide)
+    assert {"agentrun_decision", "agentrun_suspendedtoolcall", "agentrun_snapshot"} <= set(tables[:head]), _listing(
+        decide
     )
