@@ -482,10 +482,16 @@ def first_open_call(run_id: str) -> SuspendedToolCall | None:
 def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     """Every call of the run that has a record: the open ones, and the decided ones to carry out, in the
     order they were decided (their decisions and steps loaded along)."""
-    return list(
-        SuspendedToolCall.objects.filter(run_id=run_id)
-        .select_related("decision__decided_by", "step")
-        .order_by(F("decision__decided_at").asc(nulls_last=True), "position", "id")
+    # Sorted here, not by the query: a run has a few calls, and Django compiles the NULLS LAST ordering
+    # over a join (and the deciding account's join, which nothing here reads) at a cost the worker
+    # paid on every continuation (docs/performance.md, "Decision cycle and topology (third pass)").
+    calls = list(SuspendedToolCall.objects.filter(run_id=run_id).select_related("decision", "step"))
+    decided = sorted(
+        ((c.decision.decided_at, c.position, c.id, c) for c in calls if c.decision is not None),
+        key=lambda entry: entry[:3],
+    )
+    return [entry[3] for entry in decided] + sorted(
+        (c for c in calls if c.decision is None), key=lambda c: (c.position, c.id)
     )
 
 
