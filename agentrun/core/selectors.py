@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator, Collection, Generator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
@@ -18,7 +18,14 @@ from django.utils import timezone
 
 from agentrun.core import claimstate
 from agentrun.core.errors import AgentRunError
-from agentrun.core.models import Decision, Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
+from agentrun.core.models import (
+    Decision,
+    Snapshot,
+    SnapshotCount,
+    SnapshotPeriodCount,
+    SuspendedToolCall,
+    args_fingerprint,
+)
 from agentrun.core.timeutil import iso, parse_datetime_bound
 
 MAX_PER_PAGE = 1000
@@ -254,8 +261,9 @@ def list_suspended_runs(
 
     snapshots = _matching(agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
     now = timezone.now()
-    dated = start is not None or end is not None
-    total = _open_total(snapshots, now, agent_ids=agents, thread_id=thread_id, resource_id=resource_id, dated=dated)
+    total = _open_total(
+        snapshots, now, agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end
+    )
     # A run past its time to live is not listed, even before the sweeper has expired it.
     ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
@@ -271,20 +279,87 @@ def _open_total(
     agent_ids: list[str],
     thread_id: str | None,
     resource_id: str | None,
-    dated: bool,
+    start: datetime | None,
+    end: datetime | None,
 ) -> int:
-    """How many of ``snapshots`` (filtered) are listed, in one query that scans no snapshots.
+    """How many of ``snapshots`` (filtered) are listed, in one query.
 
-    The snapshots present come from ``SnapshotCount`` (a few rows per key) or, with date bounds (or a
-    thread and a resource at once, which no counter keys), from a count on the listing's own index,
-    which covers the bounds. Those past their time to live that the sweeper has not removed yet
-    are subtracted: ``snapshot_agent_expiry`` finds them, few since the sweeper removes them.
+    The snapshots present come from ``SnapshotCount`` (a few rows per key); with date bounds, from
+    ``SnapshotPeriodCount`` and the edges (``_dated_total``); with date bounds and a thread or a
+    resource, or a thread and a resource at once (which no counter keys), from a count on the listing's
+    own index, which covers the bounds. Those past their time to live that the sweeper has not removed
+    yet are subtracted: ``snapshot_agent_expiry`` finds them, few since the sweeper removes them.
     """
+    dated = start is not None or end is not None
     expired = _expired(snapshots, now)
+    if dated and not thread_id and not resource_id:
+        return _dated_total(agent_ids, start, end, expired)
     if dated or (thread_id and resource_id):
+        # A thread's or a resource's runs within dates: counted on that index (docs/performance.md).
         return snapshots.aggregate(total=Count("*") - expired)["total"]
     counters = SnapshotCount.objects.filter(_one_of("agent_id", agent_ids), **_counter_key(thread_id, resource_id))
     return counters.aggregate(total=Coalesce(Sum("snapshots"), Value(0)) - expired)["total"]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_FIRST, _LAST = datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC)  # no bound
+
+
+def _periods(start: datetime | None, end: datetime | None) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """``[start, end]`` as whole periods and edges: (width, first bucket, bucket after the last) for each
+    range of whole minutes, hours and days (widths and buckets in seconds), and the ranges left over at
+    both ends — under a minute each — as [from, to) in microseconds since the epoch."""
+    low = ((start or _FIRST) - _EPOCH) // _US
+    high = ((end or _LAST) - _EPOCH) // _US + 1  # end is inclusive
+    widths = SnapshotPeriodCount.WIDTHS
+    minute = widths[0] * 1_000_000
+    first, last = -(-low // minute) * minute, high // minute * minute
+    if first >= last:
+        return [], [(low, high)]
+    edges = [(a, b) for a, b in ((low, first), (last, high)) if a < b]
+    periods: list[tuple[int, int, int]] = []
+    level = 0
+    while level + 1 < len(widths):  # whole minutes up to the first whole hour, etc.
+        step = widths[level + 1] * 1_000_000
+        inner_first, inner_last = -(-first // step) * step, last // step * step
+        if inner_first >= inner_last:
+            break
+        for a, b in ((first, inner_first), (inner_last, last)):
+            if a < b:
+                periods.append((widths[level], a // 1_000_000, b // 1_000_000))
+        first, last, level = inner_first, inner_last, level + 1
+    periods.append((widths[level], first // 1_000_000, last // 1_000_000))
+    return periods, edges
+
+
+def _dated_total(agent_ids: list[str], start: datetime | None, end: datetime | None, expired: Coalesce) -> int:
+    """The listing's total with date bounds (no thread nor resource): the whole minutes, hours and days
+    inside the bounds from ``SnapshotPeriodCount``, plus the snapshots of the partial minutes at both
+    edges counted on the listing's index, less those past their time to live (``expired``). Exact, and
+    the same work whatever the number of runs: a few counter rows per day of the range and at most two
+    minutes of snapshots (docs/performance.md, "Request floor, unpaged listing, date totals")."""
+    periods, edges = _periods(start, end)
+    if not periods:  # under two minutes: their snapshots, counted on the index
+        snapshots = _matching(agent_ids=agent_ids, thread_id=None, resource_id=None, start=start, end=end)
+        return snapshots.aggregate(total=Count("*") - expired)["total"]
+    whole = Q()
+    for width, first, after in periods:
+        whole |= Q(width=width, bucket__gte=first, bucket__lt=after)
+    counters = SnapshotPeriodCount.objects.filter(_one_of("agent_id", agent_ids)).filter(whole)
+    total = Coalesce(Sum("snapshots"), Value(0)) - expired
+    if edges:
+        within = Q()
+        for low, high in edges:
+            within |= Q(created_at__gte=_EPOCH + low * _US, created_at__lt=_EPOCH + high * _US)
+        at_edges = (
+            Snapshot.objects.filter(_one_of("agent_id", agent_ids))
+            .filter(within)
+            .order_by()
+            .annotate(n=Func(template="COUNT(*)", output_field=IntegerField()))
+        )
+        total = total + Coalesce(Subquery(at_edges.values("n")[:1]), Value(0))
+    return counters.aggregate(total=total)["total"]
 
 
 def _agent_set(agent_id: str | None, agent_ids: Collection[str] | None) -> list[str]:
