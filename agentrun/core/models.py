@@ -399,6 +399,9 @@ class SuspendedToolCall(models.Model):
     # The arguments an approval that edited them proposed, while more approvals are needed: what the
     # next approver sees and approves (null: the call's own, or its inner call's).
     pending_args = models.JSONField(null=True, blank=True)
+    # PostgreSQL: the argsFingerprint of what the call shows, computed by a trigger as args_fingerprint does
+    # (migration 0019_call_fingerprints); NULL where it leaves it to Python (floats, sub-agent calls, SQLite).
+    shown_fingerprint = models.CharField(max_length=64, null=True, blank=True, editable=False)
     # A sub-agent call surfaces its inner run's open call here.
     inner_agent_id = models.CharField(max_length=128, null=True, blank=True)
     inner_run_id = models.CharField(max_length=40, null=True, blank=True)
