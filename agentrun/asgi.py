@@ -38,7 +38,7 @@ class OneHopASGIHandler(ASGIHandler):
     thread that runs sync code (``sync_to_async``), the sync view one more, and the ``request_started``
     signal and the response's ``close()`` (``request_finished``: database connections back to the pool) one
     each: some fifteen thread handoffs for one ``GET /api/agents/``, which on two busy cores cost several
-    milliseconds (docs/performance.md, "Request floor, unpaged listing, date totals (third pass)").
+    milliseconds (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass).
 
     Every REST view is sync (DRF), so here a request for a sync view is served by one call on that thread:
     ``request_started``, the middleware chain as WSGI runs it (every middleware and the view), and — for a

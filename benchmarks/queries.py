@@ -1,6 +1,6 @@
-"""The request floor, the unpaged listing and date-bounded totals (docs/performance.md, "Request floor,
-unpaged listing, date totals (third pass)"). Rows of ``benchmarks/suite.py``; alone, on the suite's seeded
-database, in-process rows and the request floor only:
+"""The request floor, the unpaged listing and date-bounded totals
+(docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass).
+Rows of ``benchmarks/suite.py``; alone, on the suite's seeded database, in-process rows and the request floor only:
 
     .venv/bin/python benchmarks/queries.py --n 10000      # BENCH_PG, BENCH_REDIS_URL, BENCH_DB_PREFIX as the suite
 
@@ -204,6 +204,17 @@ def rows(n: int, f: dict, row) -> list[str]:  # noqa: ANN001 - suite.table's row
     lines.append(row(f"Python listing, {dated}", ms(f["python_dated"]), "flat in N", None))
     if "rest_dated" in f:
         lines.append(row(f"REST listing, {dated}", ms(f["rest_dated"]), "flat in N", None))
+    if "unpaged" in f:
+        un = f["unpaged"]
+        per_run = 1e6 * un["total_s"] / max(1, un["runs"])
+        lines.append(
+            row(
+                f"REST listing, no paging, {un['runs']:,} runs: total (first byte {un['first_byte_ms']:.0f} ms)",
+                f"{un['total_s']:.2f} s, {per_run:.1f} µs a run",
+                "≤ 5 µs a run (50k in ≤ 0.3 s)",
+                per_run <= 5,
+            )
+        )
     return lines
 
 
@@ -248,6 +259,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as logs, suite.Topology(env, Path(logs)) as top:
             figures |= suite.rest_listing(top, token, args.repeat)
             figures |= through_daphne(top, token, args.repeat, env)
+            figures |= suite.rest_unpaged(top, token, args.n)
     load["after"] = suite.loadavg()
 
     def row(what: str, measured: str, target: str, met: bool | None) -> str:

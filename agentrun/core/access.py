@@ -37,7 +37,7 @@ How each surface answers (the same rule everywhere, so nothing tells a hidden ag
 
 Group membership and permissions are read once per person every few seconds
 (``agentrun.core.authcache``: a change made in this process takes effect at once, elsewhere within
-``AGENTRUN_AUTH_CACHE_SECONDS``; docs/security.md, "Cached identities"); an open ``ws/approvals/``
+``AGENTRUN_AUTH_CACHE_SECONDS``; docs/security.md#cached-identities); an open ``ws/approvals/``
 socket keeps the scope it had when it connected.
 """
 

@@ -1,10 +1,10 @@
 """Who a request is, remembered for a few seconds: a token's user, a person's permissions and groups.
 
 Every REST request, websocket and page used to read them from the database (a token query, a
-permission query, a group query when agents are restricted: docs/performance.md, "Request floor"). Here
-each process keeps them for ``AGENTRUN_AUTH_CACHE_SECONDS`` (5 s by default; 0 turns it off), and
-forgets *everything* it keeps whenever anything that decides them changes (docs/security.md, "Cached
-identities"):
+permission query, a group query when agents are restricted:
+docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass). Here each process keeps
+them for ``AGENTRUN_AUTH_CACHE_SECONDS`` (5 s by default; 0 turns it off), and forgets *everything* it
+keeps whenever anything that decides them changes (docs/security.md#cached-identities):
 
 - a token saved or deleted (revoked, rotated), a user saved or deleted (deactivated, made or unmade a
   superuser), a group saved or deleted (renamed: the agent scope goes by group names), a permission saved

@@ -339,7 +339,7 @@ def _dated_total(agent_ids: list[str], start: datetime | None, end: datetime | N
     inside the bounds from ``SnapshotPeriodCount``, plus the snapshots of the partial minutes at both
     edges counted on the listing's index, less those past their time to live (``expired``). Exact, and
     the same work whatever the number of runs: a few counter rows per day of the range and at most two
-    minutes of snapshots (docs/performance.md, "Request floor, unpaged listing, date totals")."""
+    minutes of snapshots (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass)."""
     periods, edges = _periods(start, end)
     if not periods:  # under two minutes: their snapshots, counted on the index
         snapshots = _matching(agent_ids=agent_ids, thread_id=None, resource_id=None, start=start, end=end)
@@ -457,13 +457,14 @@ def _with_open_calls(rows: list[tuple], *, with_claims: bool = False) -> list[Su
 STREAM_BATCH = 500
 
 
-# PostgreSQL: a run's listing item as JSON text, built in SQL (docs/performance.md, "Request floor, unpaged
-# listing, date totals (third pass)"): the fields and the order of ``SuspendedRun.to_dict`` and
-# ``SuspendedRunToolCall.to_dict``, the fingerprint from ``shown_fingerprint`` (migration
-# 0019_call_fingerprints). NULL when a call needs Python: its fingerprint is not in the column (a float in
-# its arguments), it is surfaced from a sub-agent, or it needs several approvals (who gave them);
-# ``SuspendedRunsStream`` builds those runs in Python. Nested JSON values are PostgreSQL's text of them
-# (a space after ":" and ","): the same JSON, not always the same bytes as Python's rendering.
+# PostgreSQL: a run's listing item as JSON text, built in SQL
+# (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass): the fields and the order
+# of ``SuspendedRun.to_dict`` and ``SuspendedRunToolCall.to_dict``, the fingerprint from
+# ``shown_fingerprint`` (migration 0019_call_fingerprints). NULL when a call needs Python: its
+# fingerprint is not in the column (a float in its arguments), it is surfaced from a sub-agent, or it
+# needs several approvals (who gave them); ``SuspendedRunsStream`` builds those runs in Python. Nested
+# JSON values are PostgreSQL's text of them (a space after ":" and ","): the same JSON, not always the
+# same bytes as Python's rendering.
 _UTC_ISO = '\'YYYY-MM-DD"T"HH24:MI:SS.US"Z"\''
 _CALLS_JSON = (
     "SELECT CASE WHEN bool_or(c.shown_fingerprint IS NULL OR c.inner_run_id IS NOT NULL OR c.approvals_required <> 1) "

@@ -94,8 +94,9 @@ class RateLimit:
         return wait
 
     def _check_and_hit_redis(self, backend: RedisCache, key: str) -> float | None:
-        """``check_and_hit`` in one round trip (every API request pays it: docs/performance.md, "Request
-        floor"): count the event and read both windows at once, and take the count back when refused."""
+        """``check_and_hit`` in one round trip (every API request pays it:
+        docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass):
+        count the event and read both windows at once, and take the count back when refused."""
         limit = parse_rate(self.rate)
         assert limit is not None
         count, period = limit
