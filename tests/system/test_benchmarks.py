@@ -34,6 +34,15 @@ ROWS = [
     "approve over REST on web B → first continuation chunk",
     "chunks/s to each of 10 `ws/runs` subscribers",
     "the subscriber furthest behind",
+    # The third pass's request floor, unpaged listing and date totals (benchmarks/queries.py).
+    "REST request floor: authenticated GET /api/agents/",
+    "the same request in-process",
+    "a bare ASGI app under the same daphne",
+    "REST listing, 30, unfiltered first page",
+    "unpaged listing in-process, 30 runs",
+    "Python listing, 30, first page with fromDate/toDate",
+    "REST listing, 30, first page with fromDate/toDate",
+    "REST listing, no paging, 30 runs: total",
 ]
 
 
