@@ -406,7 +406,7 @@ def table(n: int, f: dict, load: dict) -> str:
     lines.append(
         row(
             f"`/approvals/` inbox, first page, {inbox['threads']:,} waiting threads (server time)",
-            ms(inbox),
+            f"{ms(inbox)}; Python CPU {inbox['python_cpu_ms']:.0f} ms",
             "< 300 ms",
             inbox["median"] < 300,
         )
