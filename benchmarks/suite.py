@@ -37,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import operations  # noqa: E402
+from benchmarks import operations, queries  # noqa: E402
 from benchmarks.seed import EMAIL_LINE, database_name, drop_database, ensure_database, seed, seeded  # noqa: E402
 
 REFERENCE_N = 10_000
@@ -477,6 +477,7 @@ def table(n: int, f: dict, load: dict) -> str:
     )
     lines.append(row("… the subscriber furthest behind at the run's end", f"{behind:.2f} s", "≤ 1 s", behind <= 1))
     lines += topology_rows(f, row)
+    lines += queries.rows(n, f, row)  # the third pass's floor, unpaged listing, date totals
     return "\n".join(lines)
 
 
@@ -538,6 +539,7 @@ def main() -> None:
     figures |= operations.metrics_page(args.n, args.repeat, spread)
     figures |= operations.prune(args.repeat, spread)
     figures |= operations.inbox_first_page(args.repeat, spread, "bench-reviewer")
+    figures |= queries.in_process(args.n, token, args.repeat)  # request floor, unpaged, date totals
     env = dict(
         os.environ,
         REDIS_URL=redis,
@@ -552,6 +554,7 @@ def main() -> None:
                 print(json.dumps(figures["rest_unfiltered"]))
                 return
             figures |= rest_unpaged(top, token, args.n)
+            figures |= queries.through_daphne(top, token, args.repeat, env)
             figures |= asyncio.run(approve_latency(top, token, args.latency_runs))
             figures |= asyncio.run(fanout(top, token, args.words))
         except BaseException:

@@ -36,6 +36,15 @@ ROWS = [
     "the subscriber furthest behind",
     "decisions/s end to end (approve over REST → run completed), 2 web + 2 workers",
     "decisions/s end to end (approve over REST → run completed), 2 web + 3 workers",
+    # The third pass's request floor, unpaged listing and date totals (benchmarks/queries.py).
+    "REST request floor: authenticated GET /api/agents/",
+    "the same request in-process",
+    "a bare ASGI app under the same daphne",
+    "REST listing, 30, unfiltered first page",
+    "unpaged listing in-process, 30 runs",
+    "Python listing, 30, first page with fromDate/toDate",
+    "REST listing, 30, first page with fromDate/toDate",
+    "REST listing, no paging, 30 runs: total",
 ]
 
 
