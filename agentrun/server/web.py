@@ -19,6 +19,10 @@ What it changes in daphne (4.x, autobahn underneath):
   a consumer feels a slow client (``ws/runs`` then closes it with 4008 once it is too far behind, see
   ``agentrun.core.fanout.SubscriberBehind``), and the closing handshake waits up to
   ``CLOSE_HANDSHAKE_SECONDS`` for the client to read what was sent before the close frame.
+- **Frames made once** (``agentrun.ws.frames``): a websocket's scope announces the extension, and a
+  message of that type carries whole text frames that are written to the connection as they are, so
+  a chunk is encoded and framed once per process, not once per socket; per-message compression is
+  off (it would make each socket's bytes differ).
 - **The access log** never shows a secret that travels in a URL: signed decision links, password reset
   tokens and ``?token=`` are ``[redacted]`` (``redact``).
 """
@@ -45,6 +49,8 @@ from daphne.server import reactor
 from daphne.ws_protocol import WebSocketProtocol as DaphneWebSocketProtocol
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
+
+from agentrun.ws.frames import FRAMES
 
 logger = logging.getLogger("agentrun.server")
 
@@ -94,6 +100,13 @@ class WebSocketProtocol(DaphneWebSocketProtocol):
         super().onClose(wasClean, code, reason)
 
     def handle_reply(self, message: dict) -> None:
+        if message.get("type") == FRAMES:
+            # Whole text frames, made once for every socket (agentrun.ws.frames): written as they are.
+            if self.state == self.STATE_CONNECTING:
+                self.serverAccept()
+            if self.state == self.STATE_OPEN:
+                self.transport.write(message["frames"])
+            return
         if message.get("type") == "websocket.close" and self.state != self.STATE_CONNECTING:
             self.serverClose(code=message.get("code"), reason=message.get("reason"))
         else:
@@ -219,13 +232,21 @@ class Server(DaphneServer):
     def ws_factory(self, factory: Any) -> None:
         # DaphneServer.run() makes the factory; the protocol it builds is ours.
         factory.protocol = WebSocketProtocol
-        factory.setProtocolOptions(closeHandshakeTimeout=CLOSE_HANDSHAKE_SECONDS)
+        # No per-message compression: frames made once go to every socket as they are (agentrun.ws.frames).
+        factory.setProtocolOptions(
+            closeHandshakeTimeout=CLOSE_HANDSHAKE_SECONDS, perMessageCompressionAccept=lambda offers: None
+        )
         self._ws_factory = factory
+
+    def create_application(self, protocol: Any, scope: dict) -> Any:
+        if isinstance(protocol, WebSocketProtocol):
+            scope.setdefault("extensions", {})[FRAMES] = {}
+        return super().create_application(protocol, scope)
 
     async def handle_reply(self, protocol: Any, message: dict) -> None:
         await super().handle_reply(protocol, message)
         flow = getattr(protocol, "flow", None)
-        if flow is not None and message.get("type") == "websocket.send":
+        if flow is not None and message.get("type") in ("websocket.send", FRAMES):
             await flow.ready.wait()  # backpressure: the client reads slower than we send
 
 
