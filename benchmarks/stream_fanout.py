@@ -298,7 +298,7 @@ def standalone(counts: list[int], words: int) -> None:
         PYTHONUNBUFFERED="1",
     )
     try:
-        with tempfile.TemporaryDirectory() as logs, Topology(env, Path(os.environ.get('BENCH_LOGS') or logs)) as top:
+        with tempfile.TemporaryDirectory() as logs, Topology(env, Path(os.environ.get("BENCH_LOGS") or logs)) as top:
             for count in counts:
                 # BENCH_PYSPY=<dir>: py-spy samples the subscribers' daphne and the worker meanwhile.
                 spies = (

@@ -21,14 +21,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import itertools
 import json
 import logging
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -278,47 +277,63 @@ FINAL = {"completed", "failed", "cancelled", "expired"}
 
 # At most this many chunks are handed to a consumer at once (a long replay goes out in pieces).
 HANDED_AT_ONCE = 500
-# How many of a run's logged chunks a process keeps for its subscribers' re-reads of the log.
+# How many of a run's logged chunks a process keeps for its subscribers' re-reads of the log: at
+# least LOG_KEPT, more while a subscriber here still needs them, at most LOG_KEPT_MAX.
 LOG_KEPT = 4096
+LOG_KEPT_MAX = 65536
 
 
 def _seq(chunk: dict) -> int:
     return chunk["seq"]
 
 
+class _Batch(list):
+    """Chunks that arrived together, as this process decoded them once for all its subscribers.
+    ``run``: their seqs follow each other and none is a ``finish`` (a subscriber takes them whole)."""
+
+    __slots__ = ("by_seq", "run", "top")
+
+    def __init__(self, chunks: list[WireChunk]) -> None:
+        super().__init__(chunks)
+        seqs = [c["seq"] for c in chunks]
+        self.top = max(seqs)
+        self.run = seqs == list(range(seqs[0], seqs[0] + len(seqs))) and all(c["type"] != "finish" for c in chunks)
+        self.by_seq = dict(zip(seqs, chunks, strict=True))
+
+
 class _Inbox:
     """One subscriber's live chunks, in the batches they arrived in (shared lists: never mutated)."""
 
-    __slots__ = ("batches", "excused", "newest", "ready", "waiting")
+    __slots__ = ("batches", "excused", "low", "newest", "ready", "waiting")
 
     def __init__(self, after: int) -> None:
-        self.batches: deque[list[WireChunk]] = deque()
+        self.batches: deque[list[WireChunk]] = deque()  # _Batch, or what a subscriber put back
         self.newest = after  # the highest seq published since it joined
         # The highest seq that arrived while its subscriber waited for chunks: those do not make it
         # late, however many came at once (a driver publishes what it made while it did not yield).
         self.excused = after
         self.waiting = False
+        self.low = after  # the subscriber may read the log after this seq (to confirm, or to catch up)
         self.ready = asyncio.Event()
 
-    def put(self, batch: list[WireChunk], top: int) -> None:
+    def put(self, batch: _Batch) -> None:
         self.batches.append(batch)
-        if top > self.newest:
-            self.newest = top
+        if batch.top > self.newest:
+            self.newest = batch.top
         if self.waiting:
             self.excused = self.newest
         self.ready.set()
 
-    def take(self) -> list[WireChunk]:
+    def take(self) -> list[list[WireChunk]]:
         self.ready.clear()
-        if len(self.batches) == 1:
-            return self.batches.popleft()
-        chunks = list(itertools.chain.from_iterable(self.batches))
+        batches = list(self.batches)
         self.batches.clear()
-        return chunks
+        return batches
 
-    def unget(self, chunks: list[WireChunk]) -> None:
-        if chunks:
-            self.batches.appendleft(chunks)
+    def unget(self, batches: list[list[WireChunk]]) -> None:
+        batches = [b for b in batches if b]
+        if batches:
+            self.batches.extendleft(reversed(batches))
             self.ready.set()
 
 
@@ -372,11 +387,11 @@ class _RunFeed:
         assert self.channel is not None
         try:
             while True:
-                batch = _wire(await self.layer.receive(self.channel))
-                if batch:
-                    top = max(c["seq"] for c in batch)
+                chunks = _wire(await self.layer.receive(self.channel))
+                if chunks:
+                    batch = _Batch(chunks)
                     for inbox in self.inboxes:
-                        inbox.put(batch, top)
+                        inbox.put(batch)
         except outages.CHANNEL_LAYER_ERRORS as exc:  # no more live chunks: the log carries them
             outages.channel_layer.failed(exc)
         except Exception:
@@ -423,9 +438,16 @@ class _RunFeed:
                     self.hi, self.log_at = rows[-1]["seq"] if rows else self.hi, started
             taken = self.logged[bisect.bisect_right(self.logged, after, key=_seq) :]
             if len(self.logged) > LOG_KEPT:
-                drop = len(self.logged) - LOG_KEPT
-                self.lo = self.logged[drop - 1]["seq"]
-                del self.logged[:drop]
+                # Drop what no subscriber here still needs (each says from where it may read: ``low``),
+                # and past LOG_KEPT_MAX the oldest anyway.
+                low = min((inbox.low for inbox in self.inboxes), default=self.hi)
+                drop = max(
+                    min(bisect.bisect_right(self.logged, low, key=_seq), len(self.logged) - LOG_KEPT),
+                    len(self.logged) - LOG_KEPT_MAX,
+                )
+                if drop > 0:
+                    self.lo = self.logged[drop - 1]["seq"]
+                    del self.logged[:drop]
             return taken
 
     def kept(self, after: int, upto: int) -> list[WireChunk]:
@@ -492,7 +514,7 @@ async def subscribe_batches(
     after_a_finish: bool = False,
     max_lag: int | None = None,
     resync: bool = False,
-) -> AsyncIterator[list[WireChunk]]:
+) -> AsyncGenerator[list[WireChunk]]:
     """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones, in batches (what arrived
     together), shared with the process's other subscribers of the run: read them, never change them.
 
@@ -541,13 +563,17 @@ async def subscribe_batches(
     # resync: (lo, hi]: seqs the client says it holds (it resumed after hi) that the log did not hold yet
     claimed: tuple[int, int] | None = None
 
-    def handed(batch: list[WireChunk]) -> list[WireChunk]:
+    def check_lag() -> None:
         # Chunks the run produced that our consumer has not taken yet (duplicates of the replay do
         # not count), but for those that came while it waited for them: past max_lag it reads too
         # slowly to be kept up to date live.
-        nonlocal given
         if max_lag is not None and inbox.newest - max(given, inbox.excused) > max_lag:
             raise SubscriberBehind(given)
+
+    def handed(batch: list[WireChunk], check: bool = True) -> list[WireChunk]:
+        nonlocal given
+        if check:
+            check_lag()
         given = batch[-1]["seq"]
         return batch
 
@@ -574,6 +600,7 @@ async def subscribe_batches(
 
     async def from_log(below: int | None = None, cover: int | None = None, max_age: float = 0.0) -> list[WireChunk]:
         start = min(last, claimed[0] if claimed else last, min(unconfirmed, default=last + 1) - 1)
+        inbox.low = start
         taken = []
         for c in await feed.log_after(start, from_db, cover, max_age):
             if below is not None and c["seq"] >= below:
@@ -628,54 +655,74 @@ async def subscribe_batches(
                         break
                     finally:
                         inbox.waiting = False
-                chunks = inbox.take()
+                taken = inbox.take()
+                # Too far behind? Counted once per take: what arrived while it waited is excused.
+                check_lag()
                 out: list[WireChunk] = []
-                i = 0
                 finish = False
-                while i < len(chunks):
-                    chunk = chunks[i]
-                    if chunk["seq"] > last + 1:
-                        # Produced before we joined and not flushed yet: fill the gap from the log.
-                        for batch in _pieces(out):
-                            yield handed(batch)
-                        out = []
-                        await asyncio.sleep(GAP_POLL_SECONDS)
-                        for batch in _pieces(await from_log(below=chunk["seq"])):
-                            yield handed(batch)
-                        continue
-                    i += 1
-                    if accept(chunk):
-                        out.append(chunk)
-                        if resync:  # live: the driver's word until the log shows the same chunk
-                            unconfirmed[chunk["seq"]] = chunk
-                    elif resync and chunk["seq"] in unconfirmed and not _same(unconfirmed[chunk["seq"]], chunk):
-                        # Two versions of a seq, neither logged yet as far as we know: the log decides later,
-                        # but one of them is not the log's (a dead driver's, and its taker's).
-                        for batch in _pieces(out):
-                            yield handed(batch)
-                        raise SubscriberReset(chunk["seq"] - 1)
-                    if chunk["type"] == "finish":
-                        inbox.unget(chunks[i:])
-                        finish = True
+                for n, chunks in enumerate(taken):
+                    if isinstance(chunks, _Batch) and chunks.run and chunks[0]["seq"] == last + 1:
+                        # The usual case, taken whole: no work per chunk for this subscriber.
+                        out += chunks
+                        last = chunks[-1]["seq"]
+                        if resync:  # live: the driver's word until the log shows the same chunks
+                            unconfirmed.update(chunks.by_seq)
+                        i = len(chunks)
+                    else:
+                        i = 0
+                    while i < len(chunks):
+                        chunk = chunks[i]
+                        if chunk["seq"] > last + 1:
+                            # Produced before we joined and not flushed yet: fill the gap from the log.
+                            for batch in _pieces(out):
+                                yield handed(batch, check=False)
+                            out = []
+                            await asyncio.sleep(GAP_POLL_SECONDS)
+                            for batch in _pieces(await from_log(below=chunk["seq"])):
+                                yield handed(batch)
+                            continue
+                        i += 1
+                        if accept(chunk):
+                            out.append(chunk)
+                            if resync:
+                                unconfirmed[chunk["seq"]] = chunk
+                        elif resync and chunk["seq"] in unconfirmed and not _same(unconfirmed[chunk["seq"]], chunk):
+                            # Two versions of a seq, neither logged yet as far as we know: the log decides
+                            # later, but one of them is not the log's (a dead driver's, and its taker's).
+                            for batch in _pieces(out):
+                                yield handed(batch, check=False)
+                            raise SubscriberReset(chunk["seq"] - 1)
+                        if chunk["type"] == "finish":
+                            finish = True
+                            break
+                    if finish:
+                        inbox.unget([chunks[i:], *taken[n + 1 :]])
                         break
                     if len(unconfirmed) >= confirm_at:
                         # Confirm them against the log as this process read it (a read for all the run's
-                        # subscribers here starts meanwhile when it is behind); wait for one only when far
-                        # too many wait: a subscriber never stalls on the database while it keeps up.
+                        # subscribers here starts meanwhile when it is behind); wait for one only when
+                        # far too many wait: a subscriber never stalls on the database while it keeps up.
                         # (The oldest unconfirmed seq is the dict's first: seqs go in ascending, and
                         # confirmations take them out in the log's order.)
                         feed.refresh_log(last - RECENT_CHUNKS // 2)
                         for logged in feed.kept(next(iter(unconfirmed)) - 1, last):
                             confirm(logged)
+                        inbox.low = next(iter(unconfirmed), last + 1) - 1
                         if len(unconfirmed) >= UNCONFIRMED_MAX:
                             for batch in _pieces(out):
-                                yield handed(batch)
+                                yield handed(batch, check=False)
                             out = []
-                            for batch in _pieces(await from_log(cover=last - RECENT_CHUNKS // 2)):
+                            # Chunks that come while it waits for the log are not its client's delay.
+                            inbox.waiting = True
+                            try:
+                                caught_up = await from_log(cover=last - RECENT_CHUNKS // 2)
+                            finally:
+                                inbox.waiting = False
+                            for batch in _pieces(caught_up):
                                 yield handed(batch)
                         confirm_at = max(RECENT_CHUNKS, len(unconfirmed) + RECENT_CHUNKS // 4)
                 for batch in _pieces(out):
-                    yield handed(batch)
+                    yield handed(batch, check=False)
                 if finish:
                     patience = 0.0
                     break
