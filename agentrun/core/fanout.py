@@ -535,6 +535,16 @@ async def subscribe_batches(
         # Live chunks end each wait at once; without them (the layer is down), the log is read often.
         return 1.0 if feed.live and not outages.channel_layer.down else LOG_POLL_SECONDS
 
+    @contextlib.contextmanager
+    def serving() -> Iterator[None]:
+        """The server's own waits (the database, a gap to fill): chunks that arrive meanwhile do not
+        count against the client (``check_lag``), only its own slowness does."""
+        was, inbox.waiting = inbox.waiting, True
+        try:
+            yield
+        finally:
+            inbox.waiting = was
+
     async def from_db(read: Any, *args: Any) -> Any:
         """``read(*args)`` in a thread; while the database does not answer, tried again for
         OUTAGE_PATIENCE_SECONDS (0.25 s doubling to 2 s), then SubscriberInterrupted."""
@@ -602,7 +612,9 @@ async def subscribe_batches(
         start = min(last, claimed[0] if claimed else last, min(unconfirmed, default=last + 1) - 1)
         inbox.low = start
         taken = []
-        for c in await feed.log_after(start, from_db, cover, max_age):
+        with serving():
+            logged = await feed.log_after(start, from_db, cover, max_age)
+        for c in logged:
             if below is not None and c["seq"] >= below:
                 break
             if c["seq"] <= last:
@@ -628,7 +640,8 @@ async def subscribe_batches(
         while True:
             for batch in _pieces(await from_log(max_age=patience)):
                 yield handed(batch)
-            status, driving = await feed.run_state(from_db, patience)
+            with serving():
+                status, driving = await feed.run_state(from_db, patience)
             if status is None:
                 return
             # A final run produces nothing more; a suspended one may still have a queued segment to run.
@@ -677,7 +690,8 @@ async def subscribe_batches(
                             for batch in _pieces(out):
                                 yield handed(batch, check=False)
                             out = []
-                            await asyncio.sleep(GAP_POLL_SECONDS)
+                            with serving():
+                                await asyncio.sleep(GAP_POLL_SECONDS)
                             for batch in _pieces(await from_log(below=chunk["seq"])):
                                 yield handed(batch)
                             continue
@@ -712,13 +726,7 @@ async def subscribe_batches(
                             for batch in _pieces(out):
                                 yield handed(batch, check=False)
                             out = []
-                            # Chunks that come while it waits for the log are not its client's delay.
-                            inbox.waiting = True
-                            try:
-                                caught_up = await from_log(cover=last - RECENT_CHUNKS // 2)
-                            finally:
-                                inbox.waiting = False
-                            for batch in _pieces(caught_up):
+                            for batch in _pieces(await from_log(cover=last - RECENT_CHUNKS // 2)):
                                 yield handed(batch)
                         confirm_at = max(RECENT_CHUNKS, len(unconfirmed) + RECENT_CHUNKS // 4)
                 for batch in _pieces(out):
