@@ -34,6 +34,8 @@ ROWS = [
     "approve over REST on web B → first continuation chunk",
     "chunks/s to each of 10 `ws/runs` subscribers",
     "the subscriber furthest behind",
+    "chunks/s to each of 10 `ws/runs` subscribers on one daphne",
+    "chunks/s to each of 100 `ws/runs` subscribers on one daphne",
 ]
 
 
