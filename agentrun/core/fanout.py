@@ -1,10 +1,15 @@
 """The stream fan-out: every chunk of a run reaches every subscriber, in order, once.
 
 Writers: a segment's ``RunPublisher`` sends its chunks to the channel-layer group ``run.<id>`` as they
-are produced (batched per event-loop tick), while ``ChunkLog`` writes them to the database in batches.
-Readers: ``subscribe(run_id, after)`` joins the group first, then replays the log after ``after``, then
-yields live chunks. A live chunk ahead of what the log holds (it was produced before we joined but is
-not flushed yet) makes it re-read the log until the gap is filled: no gap, no duplicate.
+are produced (batched per event-loop tick, encoded once: the message carries the frames), while
+``ChunkLog`` writes them to the database in batches.
+Readers: ``subscribe_batches(run_id, after)`` (``subscribe``: one chunk at a time) joins the group first,
+then replays the log after ``after``, then yields live chunks. A process is one member of the group per
+run (``_RunFeed``) whatever the number of its subscribers: it decodes each message once and hands the
+same chunks, with their encodings made once, to all of them, which share their reads of the log and of
+the run's state (docs/performance.md "Fan-out (third pass)"). A live chunk ahead of what the log holds
+(it was produced before we joined but is not flushed yet) makes it re-read the log until the gap is
+filled: no gap, no duplicate.
 
 The log is the truth; a chunk given live is only the driver's word until the log shows it. A driver
 that dies leaves chunks it published but never logged, and its taker writes other chunks under those
