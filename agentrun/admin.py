@@ -372,7 +372,8 @@ def export_decisions_csv(modeladmin: admin.ModelAdmin, request: HttpRequest, que
 
 
 JSON_SEARCH_COLUMNS = ("args", "edited_args", "inner_args", "resume_data")
-REASON_SHOWN = 140
+REASON_SHOWN = 100
+THREAD_SHOWN = 40
 
 
 @admin.register(Decision)
@@ -456,7 +457,12 @@ class DecisionAdmin(RunLinkMixin, ViewOnlyAdmin):
 
     @admin.display(description="thread", ordering="thread_id")
     def thread_link(self, obj: Decision) -> str:
-        return admin_link("thread", obj.thread_id)
+        # A long thread id is shortened in the middle (its start and its end tell threads apart); the full
+        # id is the link's title and its target, and the search box finds it.
+        shown = obj.thread_id
+        if len(shown) > THREAD_SHOWN:
+            shown = shown[: THREAD_SHOWN - 13] + "…" + shown[-12:]
+        return format_html('<span title="{}">{}</span>', obj.thread_id, admin_link("thread", obj.thread_id, shown))
 
     @admin.display(description="edited", boolean=True)
     def edited(self, obj: Decision) -> bool:

@@ -15,9 +15,11 @@ from agentrun.engine.tools import ToolContext, tool
 
 @sync_to_async
 def _apply_once(ctx: ToolContext, tool_name: str, payload: dict) -> None:
-    # The tool call id is the idempotency key: a retried continuation does not send twice.
-    ToolEffect.objects.get_or_create(
-        tool_call_id=ctx.tool_call_id, defaults={"run_id": ctx.run_id, "tool_name": tool_name, "payload": payload}
+    # The tool call id is the idempotency key: a retried continuation does not send twice. One
+    # statement (INSERT … ON CONFLICT DO NOTHING): the first effect stays.
+    ToolEffect.objects.bulk_create(
+        [ToolEffect(tool_call_id=ctx.tool_call_id, run_id=ctx.run_id, tool_name=tool_name, payload=payload)],
+        ignore_conflicts=True,
     )
 
 

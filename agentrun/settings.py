@@ -414,6 +414,9 @@ else:
 AGENTRUN_TRUSTED_PROXIES = int(os.environ.get("AGENTRUN_TRUSTED_PROXIES", "0"))
 # Failed token authentications (REST and websockets) per client address, checked before the token.
 AGENTRUN_TOKEN_FAILURE_RATE = os.environ.get("AGENTRUN_TOKEN_FAILURE_RATE", "30/minute")
+# How long a process keeps a token's user, a person's permissions and groups (agentrun.core.authcache):
+# a change takes effect at once in the process that makes it, within this many seconds in the others. 0: off.
+AGENTRUN_AUTH_CACHE_SECONDS = float(os.environ.get("AGENTRUN_AUTH_CACHE_SECONDS", "5"))
 # REST use per person (token or session), and per address for anonymous requests; "off" turns one off.
 AGENTRUN_API_RATE = os.environ.get("AGENTRUN_API_RATE", "6000/minute")
 AGENTRUN_API_ANON_RATE = os.environ.get("AGENTRUN_API_ANON_RATE", "300/minute")

@@ -28,6 +28,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from agentrun.core.access import hidden_agent_ids
+from agentrun.core.exports import csv_cell
 from agentrun.core.metrics import AUTOMATIC_VIAS, WAIT_BUCKETS
 from agentrun.core.models import DecisionRollup, Snapshot, SuspendedToolCall, WaitingCallCount
 from approvals.views import viewer_required
@@ -320,7 +321,7 @@ def metrics_csv(request: HttpRequest) -> HttpResponse:
         writer.writerow(
             [
                 row.day.isoformat(),
-                row.tool,
+                csv_cell(row.tool),  # a tool's name is its author's text: never a formula
                 row.decisions,
                 *(row.by_kind.get(kind, 0) for kind in KINDS),
                 row.person_approved,

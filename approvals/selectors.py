@@ -11,7 +11,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    F,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+)
 from django.utils import timezone
 
 from agentrun.core import claims
@@ -26,10 +37,14 @@ from approvals.resume_form import ResumeField, build_fields
 OPEN = SuspendedToolCall.Status.OPEN
 
 
-def live_snapshots(hidden: frozenset[str] = frozenset()) -> QuerySet[Snapshot]:
-    """Snapshots of runs that still wait (a run past its time to live is no longer listed)."""
-    snapshots = Snapshot.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-    return snapshots.exclude(agent_id__in=hidden) if hidden else snapshots
+def waits(hidden: frozenset[str] = frozenset()) -> Exists:
+    """A call whose run still waits: its snapshot is there and not past its time to live (a run past it is
+    no longer listed), for an agent the reader may see. A semi-join on the snapshot's key: no join of
+    the snapshots table into the calls' rows."""
+    snapshots = Snapshot.objects.filter(run_id=OuterRef("run_id")).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    )
+    return Exists(snapshots.exclude(agent_id__in=hidden) if hidden else snapshots)
 
 
 def surfaced_by_a_supervisor(hidden: frozenset[str] = frozenset()) -> Exists:
@@ -37,10 +52,11 @@ def surfaced_by_a_supervisor(hidden: frozenset[str] = frozenset()) -> Exists:
     once, shown and decided as the supervisor's call only (inbox and thread page alike)."""
     return Exists(
         SuspendedToolCall.objects.filter(
+            waits(hidden),
             status=OPEN,
+            inner_run_id__isnull=False,  # says so to the planner: it hashes the supervisors' calls only
             inner_run_id=OuterRef("run_id"),
             inner_tool_call_id=OuterRef("tool_call_id"),
-            run__snapshot__in=live_snapshots(hidden),
         )
     )
 
@@ -90,7 +106,7 @@ def inbox_open_calls(
     """Open calls of live snapshots matching the inbox filters (empty filters are ignored). A call
     surfaced from a sub-agent is shown as its supervisor's call and matches both agents and the inner
     tool (what the card shows), so a sub-agent's count and its filter agree."""
-    calls = SuspendedToolCall.objects.filter(status=OPEN, run__snapshot__in=live_snapshots(hidden))
+    calls = SuspendedToolCall.objects.filter(waits(hidden), status=OPEN)
     calls = calls.exclude(surfaced_by_a_supervisor(hidden))
     if agent_id:
         calls = calls.filter(Q(run__agent_id=agent_id) | Q(inner_agent_id=agent_id))
@@ -216,21 +232,28 @@ def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset())
     per registered agent the reader may see, for the chosen resource: the listing's exact totals, from
     the snapshot counters (``agentrun.core.selectors.waiting_runs_by_agent``: one query, whatever the number
     of runs). The tool and risk filters narrow the rows, not these counts."""
-    inner_tool = SuspendedToolCall.objects.filter(
-        run_id=OuterRef("inner_run_id"), tool_call_id=OuterRef("inner_tool_call_id")
-    ).values("tool_name")[:1]
-    combos = (
-        inbox_open_calls(hidden=hidden)
-        .annotate(inner_tool=Subquery(inner_tool))
-        .values_list("run__agent_id", "inner_agent_id", "run__resource_id", "tool_name", "inner_tool")
-        .distinct()
-    )
-    agents, resources, tools = set(), set(), set()
-    for agent, inner_agent, resource, tool, inner_tool_name in combos.order_by():
+    open_calls = inbox_open_calls(hidden=hidden)
+    # The tool a sub-agent's call would run is the inner call's: looked up for those calls only (a
+    # correlated subquery on every waiting call cost more than the rest of the page).
+    inner_tools = SuspendedToolCall.objects.filter(
+        Exists(
+            open_calls.filter(
+                inner_run_id__isnull=False,
+                inner_run_id=OuterRef("run_id"),
+                inner_tool_call_id=OuterRef("tool_call_id"),
+            )
+        )
+    ).values_list("tool_name", flat=True)
+    combos = open_calls.annotate(
+        surfaced=ExpressionWrapper(Q(inner_run_id__isnull=False), output_field=BooleanField())
+    ).values_list("run__agent_id", "inner_agent_id", "run__resource_id", "tool_name", "surfaced")
+    agents, resources, tools = set(), set(), set(inner_tools.distinct().order_by())
+    for agent, inner_agent, resource, tool, surfaced in combos.distinct().order_by():
         agents.update(a for a in (agent, inner_agent) if a)
         if resource:
             resources.add(resource)
-        tools.add(inner_tool_name or tool)
+        if not surfaced:
+            tools.add(tool)
     visible = [a.id for a in all_agents() if a.id not in hidden]
     return {
         "agents": sorted(agents),
@@ -474,9 +497,7 @@ def thread_open_calls(thread_id: str, hidden: frozenset[str] = frozenset()) -> l
     """The thread's open calls, one per decision to make: a sub-agent's call that its supervisor
     surfaces is shown (and decided) as the supervisor's call only."""
     return list(
-        SuspendedToolCall.objects.filter(
-            status=OPEN, run__thread_id=thread_id, run__snapshot__in=live_snapshots(hidden)
-        )
+        SuspendedToolCall.objects.filter(waits(hidden), status=OPEN, run__thread_id=thread_id)
         .exclude(surfaced_by_a_supervisor(hidden))
         .select_related(*claims.RELATED)
         .order_by("created_at", "run_id", "position", "id")

@@ -115,6 +115,7 @@ async def one_cycle(log: StatementLog, index: int) -> dict:
     from agentrun.engine.agents import get_agent
 
     agent = get_agent("support-agent")
+    cpu_started = time.process_time()
     started = time.perf_counter()
     with log.phase() as suspend_sql:
         stream = await agent.stream(EMAIL_LINE, memory={"thread": f"bench-cycle-{index}", "resource": "bench-user"})
@@ -128,8 +129,10 @@ async def one_cycle(log: StatementLog, index: int) -> dict:
         await continuation.collect()
         finished = time.perf_counter()
         await _settled()
+    cpu = time.process_time() - cpu_started
     assert await continuation.finish_reason == "stop", await continuation.finish_reason
     return {
+        "cpu_ms": 1000 * cpu,
         "suspend_ms": 1000 * (suspended - started),
         "approve_complete_ms": 1000 * (finished - approving),
         "cycle_ms": 1000 * (suspended - started + finished - approving),
@@ -147,9 +150,11 @@ def _spread(values: list[float]) -> dict:
 def measure_cycle(n: int = 50, *, keep_sql: bool = False) -> dict:
     """``n`` cycles after one warm-up, on the configured database (Django set up, migrations applied).
 
-    Returns ``{"vendor", "cycles", "cycle_ms", "suspend_ms", "approve_complete_ms", "statements"}``: each
-    ``*_ms`` a ``{"median", "p95"}``; ``statements`` the median count per phase (``suspend``,
-    ``approve_complete``, ``cycle``), plus ``sql`` (the last cycle's statements) when ``keep_sql``.
+    Returns ``{"vendor", "cycles", "cycle_ms", "suspend_ms", "approve_complete_ms", "cpu_ms", "statements"}``:
+    each ``*_ms`` a ``{"median", "p95"}`` (``cpu_ms``: this process's CPU time for a cycle, every thread,
+    the database server's excluded: what the load of the machine moves least); ``statements`` the median
+    count per phase (``suspend``, ``approve_complete``, ``cycle``), plus ``sql`` (the last cycle's
+    statements) when ``keep_sql``.
     Must not be called from a running event loop.
     """
     from django.db import connection
@@ -171,7 +176,10 @@ def measure_cycle(n: int = 50, *, keep_sql: bool = False) -> dict:
     figures = {
         "vendor": connection.vendor,
         "cycles": n,
-        **{key: _spread([r[key] for r in results]) for key in ("cycle_ms", "suspend_ms", "approve_complete_ms")},
+        **{
+            key: _spread([r[key] for r in results])
+            for key in ("cycle_ms", "suspend_ms", "approve_complete_ms", "cpu_ms")
+        },
         "statements": {
             "suspend": round(statistics.median(suspend)),
             "approve_complete": round(statistics.median(approve)),
@@ -218,7 +226,8 @@ def main() -> None:
     s = figures["statements"]
     print(
         f"{figures['vendor']}: {args.cycles} cycles, suspend → approve → complete: "
-        f"median {figures['cycle_ms']['median']} ms (p95 {figures['cycle_ms']['p95']}); "
+        f"median {figures['cycle_ms']['median']} ms (p95 {figures['cycle_ms']['p95']}), "
+        f"CPU {figures['cpu_ms']['median']} ms (p95 {figures['cpu_ms']['p95']}); "
         f"suspend {figures['suspend_ms']['median']} ms / {s['suspend']} statements, "
         f"approve + complete {figures['approve_complete_ms']['median']} ms / {s['approve_complete']} statements"
     )

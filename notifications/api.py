@@ -8,8 +8,8 @@ generated ``whsec_`` secret, shown in that response only. The URL must reach a p
 only the events of agents they may view.
 
 ``GET/POST /api/slack-destinations/``, ``GET/PATCH/DELETE /api/slack-destinations/{id}``,
-``GET /api/slack-destinations/{id}/deliveries``: the same rules; ``botToken`` is write-only (required on
-creation), and unknown keys are refused (``details.unknownFields``).
+``GET /api/slack-destinations/{id}/deliveries``: the same rules (one base view); ``botToken`` is
+write-only (required on creation). Both refuse unknown keys (``details.unknownFields``).
 """
 
 from __future__ import annotations
@@ -113,99 +113,7 @@ EndpointListSerializer = list_of(EndpointSerializer, "WebhookEndpointList")
 DeliveryListSerializer = list_of(DeliverySerializer, "WebhookDeliveryList")
 
 
-# --- views --------------------------------------------------------------------------------------
-class EndpointApiView(ApiView):
-    permission_classes = [StaffWithModelPermission]
-    model_name = "webhookendpoint"
-
-    def validated(self, *, partial: bool) -> dict:
-        body = self.body()
-        if not isinstance(body, dict):
-            raise AgentRunError("INVALID_REQUEST", "the body must be a JSON object")
-        check_text(body, "the body")
-        serializer = EndpointInputSerializer(data=body, partial=partial)
-        serializer.is_valid(raise_exception=True)
-        return dict(serializer.validated_data)
-
-    def endpoint(self, endpoint_id: str) -> WebhookEndpoint:
-        endpoint = WebhookEndpoint.objects.filter(pk=endpoint_id).first()
-        if endpoint is None:
-            raise AgentRunError("NOT_FOUND", f"No webhook endpoint {endpoint_id}.")
-        return endpoint
-
-
-class EndpointListView(EndpointApiView):
-    @extend_schema(
-        operation_id="webhook_endpoints_list",
-        tags=["webhooks"],
-        parameters=CURSOR_PARAMS,
-        responses={200: EndpointListSerializer, **_errors(400, 401, 403, 404)},
-    )
-    def get(self, request: Request) -> Response:
-        return Response(cursor_page(WebhookEndpoint.objects.all(), request.query_params))
-
-    @extend_schema(
-        operation_id="webhook_endpoints_create",
-        tags=["webhooks"],
-        request={JSON: EndpointInputSerializer},
-        responses={201: EndpointSerializer, **_errors(400, 401, 403, 413)},
-    )
-    def post(self, request: Request) -> Response:
-        fields = self.validated(partial=False)
-        generated = None if "secret" in fields else signatures.new_secret()
-        endpoint = WebhookEndpoint.objects.create(secret=fields.pop("secret", generated), owner=request.user, **fields)
-        body = endpoint.to_dict() | ({"secret": generated} if generated else {})
-        return Response(body, status=201)
-
-
-class EndpointDetailView(EndpointApiView):
-    @extend_schema(
-        operation_id="webhook_endpoints_retrieve",
-        tags=["webhooks"],
-        responses={200: EndpointSerializer, **_errors(400, 401, 403, 404)},
-    )
-    def get(self, request: Request, id: str) -> Response:  # noqa: A002 - the contract's path parameter
-        return Response(self.endpoint(id).to_dict())
-
-    @extend_schema(
-        operation_id="webhook_endpoints_partial_update",
-        tags=["webhooks"],
-        request={JSON: EndpointInputSerializer},
-        responses={200: EndpointSerializer, **_errors(400, 401, 403, 404, 413)},
-    )
-    def patch(self, request: Request, id: str) -> Response:  # noqa: A002
-        endpoint = self.endpoint(id)
-        for name, value in self.validated(partial=True).items():
-            setattr(endpoint, name, value)
-        endpoint.owner = request.user  # it now shows what the person who changed it may see
-        endpoint.save()
-        return Response(endpoint.to_dict())
-
-    @extend_schema(
-        operation_id="webhook_endpoints_destroy",
-        tags=["webhooks"],
-        responses={204: None, **_errors(400, 401, 403, 404)},
-    )
-    def delete(self, request: Request, id: str) -> Response:  # noqa: A002
-        self.endpoint(id).delete()
-        return Response(status=204)
-
-
-class DeliveryListView(EndpointApiView):
-    model_name = "webhookdelivery"
-
-    @extend_schema(
-        operation_id="webhook_endpoints_deliveries_list",
-        tags=["webhooks"],
-        parameters=CURSOR_PARAMS,
-        responses={200: DeliveryListSerializer, **_errors(400, 401, 403, 404)},
-    )
-    def get(self, request: Request, id: str) -> Response:  # noqa: A002
-        deliveries = WebhookDelivery.objects.filter(endpoint=self.endpoint(id)).select_related("event")
-        return Response(cursor_page(deliveries, request.query_params))
-
-
-# --- Slack destinations (docs/api.md#slack-destinations) -----------------------------------------------
+# --- Slack destinations' shapes (docs/api.md#slack-destinations) -----------------------------------------------
 def _no_control_characters(value: str) -> str:
     if any(ch.isspace() or ord(ch) < 32 for ch in value):
         raise serializers.ValidationError("must not contain spaces or control characters")
@@ -257,19 +165,26 @@ class SlackDeliverySerializer(serializers.Serializer):
 
 SlackDestinationListSerializer = list_of(SlackDestinationSerializer, "SlackDestinationList")
 SlackDeliveryListSerializer = list_of(SlackDeliverySerializer, "SlackDeliveryList")
-SLACK_FIELDS = {"name": "name", "botToken": "bot_token", "channel": "channel", "agents": "agents", "active": "active"}
 
 
-class SlackApiView(ApiView):
+# --- views: webhook endpoints and Slack destinations share their rules ------------------------------
+class DestinationApiView(ApiView):
+    """A place notifications go: staff with the model permission manage it; bodies keep to ``fields``
+    (unknown keys refused, ``details.unknownFields``: a misspelled ``agents`` must not widen what it
+    receives); whoever creates or changes one becomes its owner."""
+
     permission_classes = [StaffWithModelPermission]
-    model_name = "slackdestination"
+    model: type[WebhookEndpoint] | type[SlackDestination]
+    noun: str
+    input_serializer: type[serializers.Serializer]
+    fields: dict[str, str]  # the body's key -> the model's field
 
     def validated(self, *, partial: bool) -> dict:
-        """The body's fields under the model's names; unknown keys refused, nothing changed."""
+        """The body's fields under the model's names; anything wrong is a 400 and changes nothing."""
         body = self.body()
         if not isinstance(body, dict):
             raise AgentRunError("INVALID_REQUEST", "the body must be a JSON object")
-        unknown = sorted(key for key in body if key not in SLACK_FIELDS)
+        unknown = sorted(key for key in body if key not in self.fields)
         if unknown:
             raise AgentRunError(
                 "INVALID_REQUEST",
@@ -277,15 +192,122 @@ class SlackApiView(ApiView):
                 details={"unknownFields": unknown},
             )
         check_text(body, "the body")
-        serializer = SlackDestinationInputSerializer(data=body, partial=partial)
+        serializer = self.input_serializer(data=body, partial=partial)
         serializer.is_valid(raise_exception=True)
-        return {SLACK_FIELDS[key]: value for key, value in serializer.validated_data.items()}
+        return {self.fields[key]: value for key, value in serializer.validated_data.items()}
 
-    def destination(self, destination_id: str) -> SlackDestination:
-        destination = SlackDestination.objects.filter(pk=destination_id).first()
-        if destination is None:
-            raise AgentRunError("NOT_FOUND", f"No Slack destination {destination_id}.")
-        return destination
+    def target(self, target_id: str) -> WebhookEndpoint | SlackDestination:
+        found = self.model.objects.filter(pk=target_id).first()
+        if found is None:
+            raise AgentRunError("NOT_FOUND", f"No {self.noun} {target_id}.")
+        return found
+
+    def created(self, fields: dict) -> Response:
+        target = self.model(owner=self.request.user)
+        for name, value in fields.items():
+            setattr(target, name, value)
+        target.save()
+        return Response(target.to_dict(), status=201)
+
+    def listed(self) -> Response:
+        return Response(cursor_page(self.model.objects.all(), self.request.query_params))
+
+    def retrieved(self, target_id: str) -> Response:
+        return Response(self.target(target_id).to_dict())
+
+    def patched(self, target_id: str) -> Response:
+        target = self.target(target_id)
+        for name, value in self.validated(partial=True).items():
+            setattr(target, name, value)
+        target.owner = self.request.user  # it now shows what the person who changed it may see
+        target.save()
+        return Response(target.to_dict())
+
+    def deleted(self, target_id: str) -> Response:
+        self.target(target_id).delete()
+        return Response(status=204)
+
+
+class EndpointApiView(DestinationApiView):
+    model = WebhookEndpoint
+    model_name = "webhookendpoint"
+    noun = "webhook endpoint"
+    input_serializer = EndpointInputSerializer
+    fields = {name: name for name in EndpointInputSerializer().fields}
+
+
+class SlackApiView(DestinationApiView):
+    model = SlackDestination
+    model_name = "slackdestination"
+    noun = "Slack destination"
+    input_serializer = SlackDestinationInputSerializer
+    fields = {"name": "name", "botToken": "bot_token", "channel": "channel", "agents": "agents", "active": "active"}
+
+
+class EndpointListView(EndpointApiView):
+    @extend_schema(
+        operation_id="webhook_endpoints_list",
+        tags=["webhooks"],
+        parameters=CURSOR_PARAMS,
+        responses={200: EndpointListSerializer, **_errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request) -> Response:
+        return self.listed()
+
+    @extend_schema(
+        operation_id="webhook_endpoints_create",
+        tags=["webhooks"],
+        request={JSON: EndpointInputSerializer},
+        responses={201: EndpointSerializer, **_errors(400, 401, 403, 413)},
+    )
+    def post(self, request: Request) -> Response:
+        fields = self.validated(partial=False)
+        generated = None if "secret" in fields else signatures.new_secret()
+        response = self.created(fields | ({"secret": generated} if generated else {}))
+        if generated:
+            response.data["secret"] = generated  # shown in this answer only
+        return response
+
+
+class EndpointDetailView(EndpointApiView):
+    @extend_schema(
+        operation_id="webhook_endpoints_retrieve",
+        tags=["webhooks"],
+        responses={200: EndpointSerializer, **_errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request, id: str) -> Response:  # noqa: A002 - the contract's path parameter
+        return self.retrieved(id)
+
+    @extend_schema(
+        operation_id="webhook_endpoints_partial_update",
+        tags=["webhooks"],
+        request={JSON: EndpointInputSerializer},
+        responses={200: EndpointSerializer, **_errors(400, 401, 403, 404, 413)},
+    )
+    def patch(self, request: Request, id: str) -> Response:  # noqa: A002
+        return self.patched(id)
+
+    @extend_schema(
+        operation_id="webhook_endpoints_destroy",
+        tags=["webhooks"],
+        responses={204: None, **_errors(400, 401, 403, 404)},
+    )
+    def delete(self, request: Request, id: str) -> Response:  # noqa: A002
+        return self.deleted(id)
+
+
+class DeliveryListView(EndpointApiView):
+    model_name = "webhookdelivery"
+
+    @extend_schema(
+        operation_id="webhook_endpoints_deliveries_list",
+        tags=["webhooks"],
+        parameters=CURSOR_PARAMS,
+        responses={200: DeliveryListSerializer, **_errors(400, 401, 403, 404)},
+    )
+    def get(self, request: Request, id: str) -> Response:  # noqa: A002
+        deliveries = WebhookDelivery.objects.filter(endpoint=self.target(id)).select_related("event")
+        return Response(cursor_page(deliveries, request.query_params))
 
 
 class SlackDestinationListView(SlackApiView):
@@ -296,7 +318,7 @@ class SlackDestinationListView(SlackApiView):
         responses={200: SlackDestinationListSerializer, **_errors(400, 401, 403, 404)},
     )
     def get(self, request: Request) -> Response:
-        return Response(cursor_page(SlackDestination.objects.all(), request.query_params))
+        return self.listed()
 
     @extend_schema(
         operation_id="slack_destinations_create",
@@ -305,12 +327,7 @@ class SlackDestinationListView(SlackApiView):
         responses={201: SlackDestinationSerializer, **_errors(400, 401, 403, 413)},
     )
     def post(self, request: Request) -> Response:
-        fields = self.validated(partial=False)
-        destination = SlackDestination(owner=request.user)
-        for name, value in fields.items():
-            setattr(destination, name, value)
-        destination.save()
-        return Response(destination.to_dict(), status=201)
+        return self.created(self.validated(partial=False))
 
 
 class SlackDestinationDetailView(SlackApiView):
@@ -320,7 +337,7 @@ class SlackDestinationDetailView(SlackApiView):
         responses={200: SlackDestinationSerializer, **_errors(400, 401, 403, 404)},
     )
     def get(self, request: Request, id: str) -> Response:  # noqa: A002 - the contract's path parameter
-        return Response(self.destination(id).to_dict())
+        return self.retrieved(id)
 
     @extend_schema(
         operation_id="slack_destinations_partial_update",
@@ -329,12 +346,7 @@ class SlackDestinationDetailView(SlackApiView):
         responses={200: SlackDestinationSerializer, **_errors(400, 401, 403, 404, 413)},
     )
     def patch(self, request: Request, id: str) -> Response:  # noqa: A002
-        destination = self.destination(id)
-        for name, value in self.validated(partial=True).items():
-            setattr(destination, name, value)
-        destination.owner = request.user  # it now shows what the person who changed it may see
-        destination.save()
-        return Response(destination.to_dict())
+        return self.patched(id)
 
     @extend_schema(
         operation_id="slack_destinations_destroy",
@@ -342,8 +354,7 @@ class SlackDestinationDetailView(SlackApiView):
         responses={204: None, **_errors(400, 401, 403, 404)},
     )
     def delete(self, request: Request, id: str) -> Response:  # noqa: A002
-        self.destination(id).delete()
-        return Response(status=204)
+        return self.deleted(id)
 
 
 class SlackDeliveryListView(SlackApiView):
@@ -356,5 +367,5 @@ class SlackDeliveryListView(SlackApiView):
         responses={200: SlackDeliveryListSerializer, **_errors(400, 401, 403, 404)},
     )
     def get(self, request: Request, id: str) -> Response:  # noqa: A002
-        deliveries = SlackDelivery.objects.filter(message__destination=self.destination(id))
+        deliveries = SlackDelivery.objects.filter(message__destination=self.target(id))
         return Response(cursor_page(deliveries, request.query_params))

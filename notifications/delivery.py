@@ -24,19 +24,27 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Exists, OuterRef, QuerySet
 from django.tasks import task
 from django.utils import timezone
 
 from agentrun.core import access, metrics, retention, secretbox
-from agentrun.core.models import OutboxEvent
+from agentrun.core.models import OutboxEvent, SuspendedToolCall
 from notifications import egress, emails, payloads, signatures, slack
-from notifications.models import EmailNotice, SlackDelivery, SlackDestination, WebhookDelivery, WebhookEndpoint
+from notifications.models import (
+    EmailNotice,
+    SlackDelivery,
+    SlackDestination,
+    SlackMessage,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 
 logger = logging.getLogger("agentrun.notifications")
 
@@ -316,6 +324,15 @@ notifier = Notifier()
 
 
 # --- retention (agentrun.core.retention) -----------------------------------------------------------
+def _slack_messages_due(cutoff: datetime) -> QuerySet:
+    waiting = SuspendedToolCall.objects.filter(
+        run_id=OuterRef("run_id"), tool_call_id=OuterRef("tool_call_id"), status=SuspendedToolCall.Status.OPEN
+    )
+    logged = SlackDelivery.objects.filter(message=OuterRef("pk"))
+    old = SlackMessage.objects.filter(created_at__lt=cutoff)  # on the index slack_message_created
+    return old.exclude(Exists(waiting)).exclude(Exists(logged)).order_by("created_at")
+
+
 def retention_kinds() -> list[retention.Kind]:
     """Finished deliveries (webhooks, Slack) and sent notices, oldest first; pruned before the events they
     belong to."""
@@ -341,6 +358,14 @@ def retention_kinds() -> list[retention.Kind]:
                 .order_by("created_at")
             ),
             rank=40,
+        ),
+        retention.Kind(
+            # Kept while its call waits (its buttons refer to it) and while it has deliveries on record.
+            "Slack messages",
+            "AGENTRUN_RETAIN_DELIVERIES_DAYS",
+            "deliveries",
+            _slack_messages_due,
+            rank=45,
         ),
         retention.Kind(
             "email notices",

@@ -310,6 +310,8 @@ class SlackMessage(models.Model):
         indexes = [
             # Serves "the messages showing this call" (updates after a decision, a run's end).
             models.Index(fields=["run_id", "tool_call_id"], name="slack_message_call"),
+            # Serves the retention's "oldest first" (notifications.delivery.retention_kinds).
+            models.Index(fields=["created_at"], name="slack_message_created"),
         ]
 
     def __str__(self) -> str:

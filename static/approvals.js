@@ -342,8 +342,17 @@
   // After a decision swaps a card away, focus goes to the card now at its place.
   var refocus = null; // {card, index}
   // After any other answer replaces a card (a cancelled confirmation, an error): focus that card again.
-  var focusAfterSwap = null; // an element id
+  // Tied to the request that asked for it: a slower swap settling meanwhile (the confirmation that Esc
+  // already cancels) must not take it away.
+  var focusAfterSwap = null; // {id, xhr}
 
+  /* A key "clicks" a button of content htmx may not have taken yet: it takes new content when the swap
+     settles, and a click before that would submit the form natively (a full page load that loses focus,
+     and the card's state). htmx.process is idempotent. */
+  function activate(button) {
+    htmx.process(button.form || button);
+    button.click();
+  }
   function units() { return Array.from(document.querySelectorAll(document.getElementById("calls") ? CARD : ROW)); }
   function cards() { return Array.from(document.querySelectorAll(CARD)); }
   function focusedUnit() {
@@ -369,7 +378,7 @@
     var button = card.querySelector(".actions button[name=action][value=" + kind + "]");
     if (!button || button.disabled || button.hidden) return;
     refocus = { card: card, index: cards().indexOf(card) };
-    button.click(); // a high-risk approval answers with its confirmation step, nothing more
+    activate(button); // a high-risk approval answers with its confirmation step, nothing more
   }
   /* The inline decide form of an inbox call (built on demand: a page of 200 threads carries none). */
   function rowForm(row) {
@@ -446,7 +455,7 @@
     if (kind === "decline") { openReason(row); return; }
     var form = rowForm(row);
     var button = form && form.querySelector("button[value=approve]");
-    if (button && !button.disabled) button.click();
+    if (button && !button.disabled) activate(button);
   }
   var beforeKeys = null;
   function showKeys() {
@@ -465,10 +474,10 @@
     // Esc: close the innermost open thing and give focus back to its card. Dialogs close themselves.
     var unit = target.closest && target.closest(CARD + ", " + ROW);
     var batch = target.closest && target.closest(".batch-confirm");
-    if (batch) { batch.querySelector("button[name=cancel]").click(); return true; }
+    if (batch) { activate(batch.querySelector("button[name=cancel]")); return true; }
     if (!unit) return false;
     var confirm = unit.querySelector(".confirm button[name=action][value=cancel]");
-    if (confirm) { focusAfterSwap = unit.id; confirm.click(); return true; }
+    if (confirm) { activate(confirm); return true; } // its answer gives the card the focus (below)
     var form = unit.querySelector(".decide-form.editing");
     if (form && target.closest(".editor")) { setEditing(form, false); focusCard(unit); return true; }
     if (target.matches("input, textarea, select") || unit.querySelector(".row-decide:not([hidden])")) {
@@ -491,7 +500,7 @@
       if (decline && !decline.disabled) {
         if (unit.matches(CARD)) refocus = { card: unit, index: cards().indexOf(unit) };
         event.preventDefault();
-        decline.click();
+        activate(decline);
       }
       return;
     }
@@ -531,7 +540,7 @@
   // A request from inside a card: when its answer replaces the card, focus stays with the card.
   document.addEventListener("htmx:beforeRequest", function (event) {
     var unit = event.detail.elt.closest && event.detail.elt.closest(".call[id]");
-    if (unit) focusAfterSwap = unit.id;
+    if (unit) focusAfterSwap = { id: unit.id, xhr: event.detail.xhr };
   });
   // The inbox's inline decline answers with a card only when something is wrong (the arguments changed,
   // a refusal): show that on the call's own card, not squeezed into a list row.
@@ -542,25 +551,26 @@
       location.href = form.closest(ROW).dataset.cardUrl;
     }
   });
-  document.addEventListener("htmx:afterSettle", function () {
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var mine = focusAfterSwap !== null && focusAfterSwap.xhr === event.detail.xhr;
     // Other swaps (the live feed's) may settle first: wait for the decided card to be gone.
     if (refocus !== null && !document.body.contains(refocus.card)) {
       var i = refocus.index;
       refocus = null;
-      focusAfterSwap = null;
+      if (mine) focusAfterSwap = null;
       if (document.activeElement && document.activeElement.closest(".call")) return; // e.g. a confirmation's autofocus
       var all = cards();
       if (all.length) focusCard(all[Math.min(i, all.length - 1)]);
       return;
     }
-    if (focusAfterSwap !== null) {
-      var el = document.getElementById(focusAfterSwap);
+    if (mine) {
+      var el = document.getElementById(focusAfterSwap.id);
       var lost = !document.activeElement || document.activeElement === document.body;
       if (el && lost) {
         if (!el.hasAttribute("tabindex")) el.setAttribute("tabindex", "-1");
         focusCard(el);
       }
-      if (el) focusAfterSwap = null;
+      focusAfterSwap = null;
     }
   });
   // Opened from the inbox at a call (#call-…): that card has the focus, so the keys go on from there.

@@ -13,6 +13,7 @@ those while it is still importing its views, so this must not import them back.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +21,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.request import Request
 
+from agentrun.core import authcache
 from agentrun.core.throttle import RateLimit, client_address
 
 
@@ -43,6 +45,22 @@ class GuardedTokenAuthentication(TokenAuthentication):
         except exceptions.AuthenticationFailed:
             limit.hit(address)
             raise
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        """DRF's, with the token and its user kept for a few seconds (``agentrun.core.authcache``: a
+        revoked token or a deactivated user is refused at once in the process that changed them, within
+        the TTL in the others). Each request gets its own copies."""
+        found = authcache.cached(("token", key), lambda: self._token(key))
+        if found is None:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        token, user = copy.copy(found), copy.copy(found.user)
+        if not user.is_active:
+            raise exceptions.AuthenticationFailed("User inactive or deleted.")
+        token.user = user
+        return user, token
+
+    def _token(self, key: str) -> Any:
+        return self.get_model().objects.select_related("user").filter(key=key).first()
 
 
 class BearerTokenAuthentication(GuardedTokenAuthentication):

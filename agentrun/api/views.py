@@ -220,7 +220,9 @@ class AllSuspendedRunsView(ApiView):
 
 
 class StreamedListing:
-    """An unpaged listing's body, batch by batch: the bytes DRF's JSONRenderer makes of the whole page.
+    """An unpaged listing's body, batch by batch: the answer DRF's JSONRenderer makes of the whole page
+    (on PostgreSQL the items come as JSON built in SQL: the same JSON, with PostgreSQL's spacing inside
+    nested values; docs/performance.md).
 
     Memory holds one batch. Django calls ``close()`` when the response ends, also when the client went
     away half-way: the cursor is closed then. ``total`` (every match: nothing is paged) ends the body.
@@ -233,16 +235,20 @@ class StreamedListing:
         return self._body()
 
     async def _body(self) -> AsyncIterator[bytes]:
-        renderer = JSONRenderer()
-        yield b'{"runs":[' + renderer.render([run.to_dict() for run in self.first])[1:-1]
+        yield b'{"runs":[' + _items(self.first)
         total = len(self.first)
-        async for batch in self.stream.batches():
-            yield b"," + renderer.render([run.to_dict() for run in batch])[1:-1]  # the items, without brackets
-            total += len(batch)
+        async for encoded, count in self.stream.encoded_batches(_items):
+            yield b"," + encoded
+            total += count
         yield b'],"total":%d}' % total
 
     def close(self) -> None:
         self.stream.close()
+
+
+def _items(runs: list[SuspendedRun]) -> bytes:
+    """The runs' listing items as DRF renders them, comma-separated (no brackets)."""
+    return JSONRenderer().render([run.to_dict() for run in runs])[1:-1]
 
 
 # --- decisions -----------------------------------------------------------------------------------

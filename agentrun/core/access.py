@@ -35,8 +35,10 @@ How each surface answers (the same rule everywhere, so nothing tells a hidden ag
 - **Sub-agents**: a supervisor's outer call that surfaces an inner call of a sub-agent can be decided
   only by someone who may decide both agents (deciding it runs the sub-agent's tool).
 
-Group membership is read on each check (one query, only when the mapping is not empty); an open
-``ws/approvals/`` socket keeps the scope it had when it connected.
+Group membership and permissions are read once per person every few seconds
+(``agentrun.core.authcache``: a change made in this process takes effect at once, elsewhere within
+``AGENTRUN_AUTH_CACHE_SECONDS``; docs/security.md#cached-identities); an open ``ws/approvals/``
+socket keeps the scope it had when it connected.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
 from django.db.models import Q, QuerySet
+
+from agentrun.core import authcache
 
 VIEWERS = "Viewers"
 REVIEWERS = "Reviewers"
@@ -117,15 +121,36 @@ class PermissionBackend(ModelBackend):
         if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
             return set()
         if not hasattr(user_obj, "_perm_cache"):
-            user_obj._perm_cache = {f"{app}.{codename}" for app, codename in self._all_permissions(user_obj)}
+            key = _permissions_key(user_obj)
+            found, generation = authcache.get(key)
+            if found is None:
+                found = frozenset(f"{app}.{codename}" for app, codename in self._all_permissions(user_obj))
+                authcache.put(key, found, generation)
+            user_obj._perm_cache = set(found)
         return user_obj._perm_cache
 
     async def aget_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
         if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
             return set()
         if not hasattr(user_obj, "_perm_cache"):
-            user_obj._perm_cache = {f"{app}.{codename}" async for app, codename in self._all_permissions(user_obj)}
+            key = _permissions_key(user_obj)
+            found, generation = authcache.get(key)
+            if found is None:
+                found = frozenset([f"{app}.{codename}" async for app, codename in self._all_permissions(user_obj)])
+                authcache.put(key, found, generation)
+            user_obj._perm_cache = set(found)
         return user_obj._perm_cache
+
+
+def _permissions_key(user: Any) -> tuple | None:
+    """Where ``agentrun.core.authcache`` keeps a person's permissions (None: an unsaved user, not kept)."""
+    return None if user.pk is None else ("permissions", user.pk, user.is_superuser)
+
+
+def group_names(user: Any) -> frozenset[str]:
+    """The names of the groups ``user`` belongs to (kept a few seconds: ``agentrun.core.authcache``)."""
+    load = lambda: frozenset(user.groups.values_list("name", flat=True))  # noqa: E731
+    return load() if user.pk is None else authcache.cached(("groups", user.pk), load)
 
 
 def _authenticated(user: Any) -> bool:
@@ -164,7 +189,7 @@ def hidden_agent_ids(user: Any) -> frozenset[str]:
         return frozenset(mapping)
     if user.is_active and user.is_superuser:
         return frozenset()
-    names = set(user.groups.values_list("name", flat=True))
+    names = group_names(user)
     return frozenset(agent_id for agent_id, groups in mapping.items() if not groups & names)
 
 

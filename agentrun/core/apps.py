@@ -15,7 +15,7 @@ class CoreConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from agentrun.core import outages
+        from agentrun.core import authcache, outages
         from agentrun.core.access import ensure_groups, revoke_grants_of_deactivated
         from agentrun.core.receipts import install_triggers
 
@@ -26,6 +26,8 @@ class CoreConfig(AppConfig):
         post_save.connect(
             revoke_grants_of_deactivated, sender=settings.AUTH_USER_MODEL, dispatch_uid="agentrun.revoke_grants"
         )
+        # Cached identities are forgotten when a token, user, group or permission changes (core/authcache.py).
+        authcache.connect_signals()
         # One line per outage and one when it ends, not a traceback per operation (core/outages.py).
         connection_created.connect(outages.database_connected, dispatch_uid="agentrun.database_connected")
         outages.watch_libraries()

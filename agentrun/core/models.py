@@ -330,6 +330,37 @@ class SnapshotCount(models.Model):
         return f"{self.agent_id} {self.scope} {self.scope_id}#{self.slot}: {self.snapshots}"
 
 
+class SnapshotPeriodCount(models.Model):
+    """How many of an agent's snapshots were created in each minute, hour and day (UTC, by the run's
+    ``createdAt``): a listing total with ``fromDate``/``toDate`` sums the whole periods inside its bounds
+    and counts only the snapshots of its two partial edge minutes (``selectors._dated_total``).
+
+    Written only by database triggers on ``Snapshot`` (migration ``0018_listing_period_counts``), as
+    ``SnapshotCount`` is: exact whoever writes snapshots, committed or rolled back with them, each key
+    spread over ``SLOTS`` rows, a row deleted when its count falls to zero.
+    """
+
+    SLOTS = 8
+    WIDTHS = (60, 3600, 86400)  # seconds: a minute, an hour, a day
+
+    agent_id = models.CharField(max_length=128)
+    width = models.PositiveIntegerField()
+    bucket = models.BigIntegerField()  # the period's start, in seconds since the epoch (a multiple of width)
+    slot = models.PositiveSmallIntegerField()
+    snapshots = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            # The triggers' upsert target; a total reads each agent's ranges of periods through it too.
+            models.UniqueConstraint(
+                fields=["agent_id", "width", "bucket", "slot"], name="one_snapshot_period_count_per_slot"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} {self.width}s@{self.bucket}#{self.slot}: {self.snapshots}"
+
+
 class SuspendedToolCall(models.Model):
     """A tool call that waits for a person (open), or was decided and waits to be applied."""
 
@@ -368,6 +399,9 @@ class SuspendedToolCall(models.Model):
     # The arguments an approval that edited them proposed, while more approvals are needed: what the
     # next approver sees and approves (null: the call's own, or its inner call's).
     pending_args = models.JSONField(null=True, blank=True)
+    # PostgreSQL: the argsFingerprint of what the call shows, computed by a trigger as args_fingerprint does
+    # (migration 0019_call_fingerprints); NULL where it leaves it to Python (floats, sub-agent calls, SQLite).
+    shown_fingerprint = models.CharField(max_length=64, null=True, blank=True, editable=False)
     # A sub-agent call surfaces its inner run's open call here.
     inner_agent_id = models.CharField(max_length=128, null=True, blank=True)
     inner_run_id = models.CharField(max_length=40, null=True, blank=True)

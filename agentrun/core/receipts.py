@@ -31,7 +31,9 @@ import binascii
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -194,17 +196,46 @@ def _head_for_update(heads: type[AuditChainHead]) -> AuditChainHead:
     return head
 
 
+_sealing = threading.local()
+
+
+@contextmanager
+def sealed_last() -> Iterator[None]:
+    """Decisions created in the block are sealed when it ends without an error, after everything else
+    the block writes: inside a transaction, as the block's last statements, so the chain head is locked
+    from there to the commit only — not while the rest of the decision's transaction runs (the rows it
+    changes, its continuation's queue row). Decisions of unrelated runs wait on each other for that
+    much less (docs/performance.md, "Decision cycle and topology (third pass)"). Nested: the outermost
+    block seals."""
+    if getattr(_sealing, "pending", None) is not None:
+        yield
+        return
+    pending: list[Decision] = []
+    _sealing.pending = pending
+    try:
+        yield
+    finally:
+        _sealing.pending = None
+    for decision in pending:
+        seal(decision)
+
+
 def seal(
     decision: Decision, *, receipts: type[AuditReceipt] = AuditReceipt, heads: type[AuditChainHead] = AuditChainHead
-) -> AuditReceipt:
+) -> AuditReceipt | None:
     """Sign ``decision`` (just created) and append its receipt to the chain, in the caller's transaction
     (``receipts``, ``heads``: a migration's models). Two statements: the head row read and locked, the
-    receipt inserted (a trigger moves the head to it in that statement).
+    receipt inserted (a trigger moves the head to it in that statement). Inside ``sealed_last``: at
+    the end of that block instead (returns None).
 
     Receipts are chained in commit order: the head row stays locked until the caller commits, so two
     decisions of different runs recorded at once take their places one after the other."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("a receipt is sealed in its decision's transaction")
+    pending = getattr(_sealing, "pending", None)
+    if pending is not None and receipts is AuditReceipt:
+        pending.append(decision)
+        return None
     key = signing_key()
     kid = key_id(key.public_key())
     head = _head_for_update(heads)

@@ -4,21 +4,29 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Collection, Generator
+from collections.abc import AsyncIterator, Callable, Collection, Generator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 from django.db.models import Count, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentrun.core import claimstate
 from agentrun.core.errors import AgentRunError
-from agentrun.core.models import Decision, Snapshot, SnapshotCount, SuspendedToolCall, args_fingerprint
+from agentrun.core.models import (
+    Decision,
+    Snapshot,
+    SnapshotCount,
+    SnapshotPeriodCount,
+    SuspendedToolCall,
+    args_fingerprint,
+)
 from agentrun.core.timeutil import iso, parse_datetime_bound
 
 MAX_PER_PAGE = 1000
@@ -254,8 +262,9 @@ def list_suspended_runs(
 
     snapshots = _matching(agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
     now = timezone.now()
-    dated = start is not None or end is not None
-    total = _open_total(snapshots, now, agent_ids=agents, thread_id=thread_id, resource_id=resource_id, dated=dated)
+    total = _open_total(
+        snapshots, now, agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end
+    )
     # A run past its time to live is not listed, even before the sweeper has expired it.
     ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
@@ -271,20 +280,87 @@ def _open_total(
     agent_ids: list[str],
     thread_id: str | None,
     resource_id: str | None,
-    dated: bool,
+    start: datetime | None,
+    end: datetime | None,
 ) -> int:
-    """How many of ``snapshots`` (filtered) are listed, in one query that scans no snapshots.
+    """How many of ``snapshots`` (filtered) are listed, in one query.
 
-    The snapshots present come from ``SnapshotCount`` (a few rows per key) or, with date bounds (or a
-    thread and a resource at once, which no counter keys), from a count on the listing's own index,
-    which covers the bounds. Those past their time to live that the sweeper has not removed yet
-    are subtracted: ``snapshot_agent_expiry`` finds them, few since the sweeper removes them.
+    The snapshots present come from ``SnapshotCount`` (a few rows per key); with date bounds, from
+    ``SnapshotPeriodCount`` and the edges (``_dated_total``); with date bounds and a thread or a
+    resource, or a thread and a resource at once (which no counter keys), from a count on the listing's
+    own index, which covers the bounds. Those past their time to live that the sweeper has not removed
+    yet are subtracted: ``snapshot_agent_expiry`` finds them, few since the sweeper removes them.
     """
+    dated = start is not None or end is not None
     expired = _expired(snapshots, now)
+    if dated and not thread_id and not resource_id:
+        return _dated_total(agent_ids, start, end, expired)
     if dated or (thread_id and resource_id):
+        # A thread's or a resource's runs within dates: counted on that index (docs/performance.md).
         return snapshots.aggregate(total=Count("*") - expired)["total"]
     counters = SnapshotCount.objects.filter(_one_of("agent_id", agent_ids), **_counter_key(thread_id, resource_id))
     return counters.aggregate(total=Coalesce(Sum("snapshots"), Value(0)) - expired)["total"]
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_FIRST, _LAST = datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC)  # no bound
+
+
+def _periods(start: datetime | None, end: datetime | None) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """``[start, end]`` as whole periods and edges: (width, first bucket, bucket after the last) for each
+    range of whole minutes, hours and days (widths and buckets in seconds), and the ranges left over at
+    both ends — under a minute each — as [from, to) in microseconds since the epoch."""
+    low = ((start or _FIRST) - _EPOCH) // _US
+    high = ((end or _LAST) - _EPOCH) // _US + 1  # end is inclusive
+    widths = SnapshotPeriodCount.WIDTHS
+    minute = widths[0] * 1_000_000
+    first, last = -(-low // minute) * minute, high // minute * minute
+    if first >= last:
+        return [], [(low, high)]
+    edges = [(a, b) for a, b in ((low, first), (last, high)) if a < b]
+    periods: list[tuple[int, int, int]] = []
+    level = 0
+    while level + 1 < len(widths):  # whole minutes up to the first whole hour, etc.
+        step = widths[level + 1] * 1_000_000
+        inner_first, inner_last = -(-first // step) * step, last // step * step
+        if inner_first >= inner_last:
+            break
+        for a, b in ((first, inner_first), (inner_last, last)):
+            if a < b:
+                periods.append((widths[level], a // 1_000_000, b // 1_000_000))
+        first, last, level = inner_first, inner_last, level + 1
+    periods.append((widths[level], first // 1_000_000, last // 1_000_000))
+    return periods, edges
+
+
+def _dated_total(agent_ids: list[str], start: datetime | None, end: datetime | None, expired: Coalesce) -> int:
+    """The listing's total with date bounds (no thread nor resource): the whole minutes, hours and days
+    inside the bounds from ``SnapshotPeriodCount``, plus the snapshots of the partial minutes at both
+    edges counted on the listing's index, less those past their time to live (``expired``). Exact, and
+    the same work whatever the number of runs: a few counter rows per day of the range and at most two
+    minutes of snapshots (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass)."""
+    periods, edges = _periods(start, end)
+    if not periods:  # under two minutes: their snapshots, counted on the index
+        snapshots = _matching(agent_ids=agent_ids, thread_id=None, resource_id=None, start=start, end=end)
+        return snapshots.aggregate(total=Count("*") - expired)["total"]
+    whole = Q()
+    for width, first, after in periods:
+        whole |= Q(width=width, bucket__gte=first, bucket__lt=after)
+    counters = SnapshotPeriodCount.objects.filter(_one_of("agent_id", agent_ids)).filter(whole)
+    total = Coalesce(Sum("snapshots"), Value(0)) - expired
+    if edges:
+        within = Q()
+        for low, high in edges:
+            within |= Q(created_at__gte=_EPOCH + low * _US, created_at__lt=_EPOCH + high * _US)
+        at_edges = (
+            Snapshot.objects.filter(_one_of("agent_id", agent_ids))
+            .filter(within)
+            .order_by()
+            .annotate(n=Func(template="COUNT(*)", output_field=IntegerField()))
+        )
+        total = total + Coalesce(Subquery(at_edges.values("n")[:1]), Value(0))
+    return counters.aggregate(total=total)["total"]
 
 
 def _agent_set(agent_id: str | None, agent_ids: Collection[str] | None) -> list[str]:
@@ -381,6 +457,48 @@ def _with_open_calls(rows: list[tuple], *, with_claims: bool = False) -> list[Su
 STREAM_BATCH = 500
 
 
+# PostgreSQL: a run's listing item as JSON text, built in SQL
+# (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass): the fields and the order
+# of ``SuspendedRun.to_dict`` and ``SuspendedRunToolCall.to_dict``, the fingerprint from
+# ``shown_fingerprint`` (migration 0019_call_fingerprints). NULL when a call needs Python: its
+# fingerprint is not in the column (a float in its arguments), it is surfaced from a sub-agent, or it
+# needs several approvals (who gave them); ``SuspendedRunsStream`` builds those runs in Python. Nested
+# JSON values are PostgreSQL's text of them (a space after ":" and ","): the same JSON, not always the
+# same bytes as Python's rendering.
+_UTC_ISO = '\'YYYY-MM-DD"T"HH24:MI:SS.US"Z"\''
+_CALLS_JSON = (
+    "SELECT CASE WHEN bool_or(c.shown_fingerprint IS NULL OR c.inner_run_id IS NOT NULL OR c.approvals_required <> 1) "
+    "THEN NULL ELSE '[' || string_agg("
+    "'{\"toolCallId\":' || to_json(c.tool_call_id)::text || ',\"toolName\":' || to_json(c.tool_name)::text "
+    "|| ',\"args\":' || coalesce((CASE WHEN c.pending_args IS NOT NULL AND jsonb_typeof(c.pending_args) <> 'null' "
+    "THEN c.pending_args ELSE c.args END)::text, 'null') "
+    "|| ',\"requiresApproval\":' || CASE WHEN c.requires_approval THEN 'true' ELSE 'false' END "
+    "|| ',\"suspendPayload\":' || coalesce(c.suspend_payload::text, 'null') "
+    "|| ',\"resumeSchema\":' || coalesce(c.resume_schema::text, 'null') "
+    "|| ',\"risk\":' || to_json(c.risk)::text "
+    '|| \',"argsFingerprint":"\' || c.shown_fingerprint || \'","approvals":{"required":1,"given":[]}}\', '
+    "',' ORDER BY c.position, c.id) || ']' END "
+    "FROM agentrun_suspendedtoolcall c WHERE c.run_id = agentrun_snapshot.run_id AND c.status = 'open'"
+)
+_ITEM_JSON = (
+    "'{\"runId\":' || to_json(agentrun_snapshot.run_id)::text "
+    "|| ',\"agentId\":' || to_json(agentrun_snapshot.agent_id)::text "
+    '|| \',"status":"suspended","threadId":\' || to_json(agentrun_snapshot.thread_id)::text '
+    "|| ',\"resourceId\":' || coalesce(to_json(agentrun_snapshot.resource_id)::text, 'null') "
+    f"|| ',\"createdAt\":\"' || to_char(agentrun_snapshot.created_at AT TIME ZONE 'UTC', {_UTC_ISO}) "
+    f"|| '\",\"suspendedAt\":\"' || to_char(agentrun_snapshot.suspended_at AT TIME ZONE 'UTC', {_UTC_ISO}) "
+    '|| \'","startedBy":\' || coalesce(to_json((SELECT r.started_by_username FROM agentrun_run r '
+    "WHERE r.id = agentrun_snapshot.run_id))::text, 'null') "
+    f"|| ',\"toolCalls\":' || ({_CALLS_JSON}) || '}}'"
+)
+
+
+def _snapshot_rows(run_ids: list[str]) -> list[tuple]:
+    """The ``_SNAPSHOT_COLUMNS`` of these runs' snapshots, in the order of ``run_ids`` (one query)."""
+    found = {row[0]: row for row in Snapshot.objects.filter(run_id__in=run_ids).values_list(*_SNAPSHOT_COLUMNS)}
+    return [found[run_id] for run_id in run_ids if run_id in found]
+
+
 class SuspendedRunsStream:
     """Every run of an unpaged listing, read a batch at a time instead of all at once.
 
@@ -388,39 +506,82 @@ class SuspendedRunsStream:
     batch, whatever the number of runs. On PostgreSQL the cursor is read inside a transaction, so that
     it fetches rows as they are asked for (outside one, PostgreSQL would compute every match before the
     first: a first byte growing with the listing). SQLite reads in chunks without one (a transaction
-    would hold its write lock). Sync calls (``next_batch``, ``close``) stay in one thread: the cursor
-    and the transaction live on that thread's connection.
+    would hold its write lock). Sync calls (``next_batch``, ``next_encoded``, ``close``) stay in one
+    thread: the cursor and the transaction live on that thread's connection.
+
+    On PostgreSQL (without claims) each row also carries its item's JSON built in SQL (``_ITEM_JSON``):
+    ``next_encoded`` hands those on as they are, with no query for the calls and no Python per run,
+    and builds in Python only the runs SQL left out.
     """
 
     def __init__(self, snapshots: QuerySet[Snapshot], *, with_claims: bool = False) -> None:
         # Nothing runs until the first batch.
         self.with_claims = with_claims
-        self._rows: Generator[tuple, None, None] = snapshots.values_list(*_SNAPSHOT_COLUMNS).iterator(  # type: ignore[assignment]
+        self._in_sql = connection.vendor == "postgresql" and not with_claims
+        # In SQL: the run id and its item only (the other columns are read for the runs left to Python).
+        columns = ["run_id", "item"] if self._in_sql else _SNAPSHOT_COLUMNS
+        if self._in_sql:
+            snapshots = snapshots.annotate(item=RawSQL(_ITEM_JSON, []))
+        self._rows: Generator[tuple, None, None] = snapshots.values_list(*columns).iterator(  # type: ignore[assignment]
             chunk_size=STREAM_BATCH
         )
         self._transaction = transaction.atomic() if connection.vendor == "postgresql" else None
         self._started = False
         self.done = False
 
-    def next_batch(self) -> list[SuspendedRun]:
-        """The next runs (an empty list at the end); ``done`` once the last one is read."""
+    def _next_rows(self) -> list[tuple]:
         if not self._started and self._transaction is not None:
             self._transaction.__enter__()
+            if self._in_sql:
+                # The items' expressions make the plan look dear enough for JIT compilation, which costs
+                # more (~4 µs a run) than it saves on a cursor read batch by batch.
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL jit = off")
         self._started = True
         try:
-            batch = _with_open_calls(list(islice(self._rows, STREAM_BATCH)), with_claims=self.with_claims)
+            rows = list(islice(self._rows, STREAM_BATCH))
         except BaseException:
             self.close(*sys.exc_info())
             raise
-        if len(batch) < STREAM_BATCH:
+        if len(rows) < STREAM_BATCH:
             self.close()
-        return batch
+        return rows
 
-    async def batches(self) -> AsyncIterator[list[SuspendedRun]]:
-        """The batches not read yet, each read in the caller's database thread (thread-sensitive)."""
+    def next_batch(self) -> list[SuspendedRun]:
+        """The next runs (an empty list at the end); ``done`` once the last one is read."""
+        rows = self._next_rows()
+        try:
+            if self._in_sql:
+                rows = _snapshot_rows([row[0] for row in rows])
+            return _with_open_calls(rows, with_claims=self.with_claims)
+        except BaseException:
+            self.close(*sys.exc_info())
+            raise
+
+    def next_encoded(self, render: Callable[[list[SuspendedRun]], bytes]) -> tuple[bytes, int]:
+        """The next runs as the JSON of their items, comma-separated, and how many (0 at the end).
+        ``render``: the items of runs built in Python, comma-separated (the caller's JSON renderer)."""
+        rows = self._next_rows()
+        try:
+            if not self._in_sql:
+                return render(_with_open_calls(rows, with_claims=self.with_claims)), len(rows)
+            items: list[bytes] = [b"" if row[-1] is None else row[-1].encode() for row in rows]
+            left = [i for i, row in enumerate(rows) if row[-1] is None]
+            if left:
+                built = _with_open_calls(_snapshot_rows([rows[i][0] for i in left]))
+                for i, run in zip(left, built, strict=True):
+                    items[i] = render([run])
+        except BaseException:
+            self.close(*sys.exc_info())
+            raise
+        return b",".join(items), len(rows)
+
+    async def encoded_batches(self, render: Callable[[list[SuspendedRun]], bytes]) -> AsyncIterator[tuple[bytes, int]]:
+        """``next_encoded``'s batches not read yet, each read in the caller's database thread."""
         while not self.done:
-            if batch := await sync_to_async(self.next_batch)():
-                yield batch
+            encoded, count = await sync_to_async(self.next_encoded)(render)
+            if count:
+                yield encoded, count
 
     def close(self, *exc_info: Any) -> None:
         """Close the cursor and end the transaction (at the end, or when the reader gives up early)."""

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
 
 logger = logging.getLogger("agentrun.throttle")
 
@@ -68,14 +69,7 @@ class RateLimit:
         except Exception as exc:  # the cache is down: let it through
             logger.warning("throttle %s: the cache cannot be read (%s); not limiting", self.name, exc)
             return None
-        this, last = counts.get(current, 0), counts.get(previous, 0)
-        if this + last * (1 - elapsed) < count:
-            return None
-        # Allowed again once the previous window's share has faded enough, or this window ends.
-        if this >= count:
-            return max(1.0, (1 - elapsed) * period)
-        needed = 1 - (count - this) / last  # the elapsed fraction at which the weighted sum drops below count
-        return max(1.0, (needed - elapsed) * period)
+        return _wait_for(counts.get(current, 0), counts.get(previous, 0), elapsed, count, period)
 
     def hit(self, key: str) -> None:
         """Count one event."""
@@ -92,10 +86,48 @@ class RateLimit:
 
     def check_and_hit(self, key: str) -> float | None:
         """Count one event if it is allowed now; else the seconds to wait (nothing counted)."""
+        if parse_rate(self.rate) is not None and isinstance(backend := caches["default"], RedisCache):
+            return self._check_and_hit_redis(backend, key)
         wait = self.wait(key)
         if wait is None:
             self.hit(key)
         return wait
+
+    def _check_and_hit_redis(self, backend: RedisCache, key: str) -> float | None:
+        """``check_and_hit`` in one round trip (every API request pays it:
+        docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass):
+        count the event and read both windows at once, and take the count back when refused."""
+        limit = parse_rate(self.rate)
+        assert limit is not None
+        count, period = limit
+        current, previous, elapsed, _ = self._keys(key, time.time())
+        current, previous = backend.make_and_validate_key(current), backend.make_and_validate_key(previous)
+        try:
+            client = backend._cache.get_client(current, write=True)
+            pipe = client.pipeline(transaction=False)
+            pipe.incr(current)
+            pipe.expire(current, 2 * period)
+            pipe.get(previous)
+            this, _, last = pipe.execute()
+            wait = _wait_for(this - 1, int(last or 0), elapsed, count, period)
+            if wait is not None:
+                client.decr(current)
+        except Exception as exc:
+            logger.warning("throttle %s: the cache cannot be used (%s); not limiting", self.name, exc)
+            return None
+        return wait
+
+
+def _wait_for(this: int, last: int, elapsed: float, count: int, period: int) -> float | None:
+    """The sliding window's answer: None if one more event is allowed with ``this`` window's and the
+    ``last`` one's counts, ``elapsed`` (a fraction) into this window; else the seconds to wait."""
+    if this + last * (1 - elapsed) < count:
+        return None
+    # Allowed again once the previous window's share has faded enough, or this window ends.
+    if this >= count:
+        return max(1.0, (1 - elapsed) * period)
+    needed = 1 - (count - this) / last  # the elapsed fraction at which the weighted sum drops below count
+    return max(1.0, (needed - elapsed) * period)
 
 
 def retry_after(wait: float) -> str:

@@ -215,8 +215,12 @@ def record_decisions(command: DecisionCommand) -> DecisionOutcome:
     """Record the command's decisions on open calls of one run, all or none; or raise the error of the
     first rule it breaks having changed nothing (in a batch, ``details.index`` names the request).
 
-    Runs in the caller's transaction (opened here if there is none). Does not continue the run, and does
-    not expire it: callers run ``expire_run_if_due`` first, in a transaction of its own.
+    Runs in the caller's transaction (opened here if there is none; no savepoint inside the caller's:
+    docs/performance.md, "Decision cycle and topology (third pass)"). Does not continue the run, and
+    does not expire it: a run past its time to live raises ``RunDue`` having changed nothing, and the
+    caller expires it in a transaction of its own (``expire_run_if_due``, as ``service.decide`` does).
+    In the caller's transaction an ``IntegrityError`` (a race a unique constraint decided) reaches the
+    caller, who explains it once its transaction is over (``integrity_error``).
     """
     requests = command.requests
     if not requests:
@@ -231,7 +235,34 @@ def record_decisions(command: DecisionCommand) -> DecisionOutcome:
         raise AgentRunError("INVALID_REQUEST", "each decision of a batch names a different toolCallId")
     # Checked first, so someone who may not decide learns nothing about the run.
     _refuse_person(command.decider, command.agent_id)
-    return _record(command, may_be_surfaced=len(requests) == 1)
+    if transaction.get_connection().in_atomic_block:
+        return _record(command, may_be_surfaced=len(requests) == 1)
+    try:
+        with transaction.atomic():
+            return _record(command, may_be_surfaced=len(requests) == 1)
+    except IntegrityError as exc:
+        raise integrity_error(command, exc) from exc
+
+
+class RunDue(AgentRunError):
+    """The run is past its time to live: nothing was recorded; expire it (in a transaction of its own)
+    and the decision is refused (``RUN_NOT_SUSPENDED`` if nobody does)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__("RUN_NOT_SUSPENDED", f"Run {run_id} waited longer than its time to live.")
+        self.run_id = run_id
+
+
+def integrity_error(command: DecisionCommand, exc: IntegrityError) -> Exception:
+    """What a unique constraint deciding a race means (outside the failed transaction): who won, or a
+    person's second approval. Only reachable where row locks are not enforced."""
+    run_row = Run.objects.filter(pk=command.run_id).first()
+    winner = decision_for_call(run_row, command.requests[0].tool_call_id) if run_row is not None else None
+    if winner is None:
+        if command.requests[0].kind == "approve":
+            return AgentRunError("ALREADY_APPROVED", "You already approved these arguments.")
+        return exc
+    return already_decided_error(winner)
 
 
 def _record_on_surfacing_call(inner: Run, surfacing: SuspendedToolCall, command: DecisionCommand) -> DecisionOutcome:
@@ -275,63 +306,55 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
     run (the locked run tells: a sub-agent's run has a parent). The inner run is locked before the
     outer one, the order a timeout's cancellation locks them in too."""
     requests = command.requests
-    try:
-        with transaction.atomic():
-            run = Run.objects.select_for_update().filter(pk=command.run_id, agent_id=command.agent_id).first()
-            if run is None:
-                raise AgentRunError("RUN_NOT_FOUND", f"No run {command.run_id} for agent {command.agent_id}.")
-            if may_be_surfaced and run.parent_run_id is not None:
-                surfacing = _surfacing_call(run, requests[0].tool_call_id)
-                if surfacing is not None:
-                    return _record_on_surfacing_call(run, surfacing, command)
-            open_calls = list(
-                SuspendedToolCall.objects.filter(run=run, status=SuspendedToolCall.Status.OPEN).order_by(
-                    "position", "id"
-                )
-            )
-            decisions: list[Decision] = []
-            decided_ids: list[str] = []
-            approvals: dict[str, dict] = {}
-            for index, request in enumerate(requests):
-                try:
-                    call = _open_call(run, open_calls, request.tool_call_id)
-                    decision, progress = _decide_call(run, call, request, command.decider)
-                except AgentRunError as exc:
-                    raise _indexed(exc, index if command.batch else None) from None
-                decisions.append(decision)
-                decided_ids.append(call.tool_call_id)
-                if progress is not None:
-                    approvals[call.tool_call_id] = progress
-                if decision.completes:
-                    open_calls.remove(call)
-            completed = [d for d in decisions if d.completes]
-            if completed and not open_calls:
-                # The last open call is decided: the run stops waiting, its snapshot goes.
-                run.status = Run.Status.IN_PROGRESS
-                run.save(update_fields=["status"])
-                Snapshot.objects.filter(run=run).delete()
-            for decision in decisions:
-                _record_decided_event(run, decision, approvals.get(decision.tool_call_id))
-            transaction.on_commit(lambda: _notify_decided(run, decisions))
-            return DecisionOutcome(
-                run_id=run.id,
-                tool_call_ids=decided_ids,
-                decisions=decisions,
-                run_status=run.status,
-                after_seq=run.next_seq - 1,
-                continue_agent_id=run.agent_id if completed else "",
-                continue_run_id=run.id if completed else "",
-                approvals=approvals,
-            )
-    except IntegrityError as exc:
-        # Only reachable where row locks are not enforced: a unique constraint decided the race.
-        run_row = Run.objects.filter(pk=command.run_id).first()
-        winner = decision_for_call(run_row, requests[0].tool_call_id) if run_row is not None else None
-        if winner is None:
-            if requests[0].kind == "approve":
-                raise AgentRunError("ALREADY_APPROVED", "You already approved these arguments.") from exc
-            raise
-        raise already_decided_error(winner) from exc
+    # No savepoint: every error here fails the whole decision (record_decisions).
+    with transaction.atomic(savepoint=False):
+        run = Run.objects.select_for_update().filter(pk=command.run_id, agent_id=command.agent_id).first()
+        if run is None:
+            raise AgentRunError("RUN_NOT_FOUND", f"No run {command.run_id} for agent {command.agent_id}.")
+        if run.status == Run.Status.SUSPENDED and run.expires_at is not None and run.expires_at <= timezone.now():
+            # Checked under the lock the decision takes anyway (no query of its own before it).
+            raise RunDue(run.pk)
+        if may_be_surfaced and run.parent_run_id is not None:
+            surfacing = _surfacing_call(run, requests[0].tool_call_id)
+            if surfacing is not None:
+                return _record_on_surfacing_call(run, surfacing, command)
+        open_calls = list(
+            SuspendedToolCall.objects.filter(run=run, status=SuspendedToolCall.Status.OPEN).order_by("position", "id")
+        )
+        decisions: list[Decision] = []
+        decided_ids: list[str] = []
+        approvals: dict[str, dict] = {}
+        for index, request in enumerate(requests):
+            try:
+                call = _open_call(run, open_calls, request.tool_call_id)
+                decision, progress = _decide_call(run, call, request, command.decider)
+            except AgentRunError as exc:
+                raise _indexed(exc, index if command.batch else None) from None
+            decisions.append(decision)
+            decided_ids.append(call.tool_call_id)
+            if progress is not None:
+                approvals[call.tool_call_id] = progress
+            if decision.completes:
+                open_calls.remove(call)
+        completed = [d for d in decisions if d.completes]
+        if completed and not open_calls:
+            # The last open call is decided: the run stops waiting, its snapshot goes.
+            run.status = Run.Status.IN_PROGRESS
+            run.save(update_fields=["status"])
+            Snapshot.objects.filter(run=run).delete()
+        for decision in decisions:
+            _record_decided_event(run, decision, approvals.get(decision.tool_call_id))
+        transaction.on_commit(lambda: _notify_decided(run, decisions))
+        return DecisionOutcome(
+            run_id=run.id,
+            tool_call_ids=decided_ids,
+            decisions=decisions,
+            run_status=run.status,
+            after_seq=run.next_seq - 1,
+            continue_agent_id=run.agent_id if completed else "",
+            continue_run_id=run.id if completed else "",
+            approvals=approvals,
+        )
 
 
 def _open_call(run: Run, open_calls: list[SuspendedToolCall], tool_call_id: str | None) -> SuspendedToolCall:

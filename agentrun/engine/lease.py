@@ -12,7 +12,9 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -118,17 +120,30 @@ def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
 
 
 class RunLease:
-    """``owner``: re-take a lease this process held before (a segment retried after an outage)."""
+    """``owner``: re-take a lease this process held before (a segment retried after an outage).
+    ``then``: a read to make as soon as the lease is taken, in the same trip to the database thread
+    (its result is ``loaded``). ``released``: the holder's last write released it already (its
+    UPDATE cleared the lease: ``RELEASED``), so leaving costs no statement."""
 
-    def __init__(self, run_id: str, owner: str | None = None) -> None:
+    def __init__(self, run_id: str, owner: str | None = None, *, then: Callable[[str], Any] | None = None) -> None:
         self.run_id = run_id
         self.owner = owner or new_lease_owner()
+        self.then = then
+        self.loaded: Any = None
+        self.released = False
         self._heartbeat: asyncio.Task | None = None
 
+    def _take(self) -> bool:
+        recover_connection()  # a connection broken by a database restart is replaced
+        if not acquire_lease(self.run_id, self.owner):
+            return False
+        if self.then is not None:
+            self.loaded = self.then(self.run_id)
+        return True
+
     async def __aenter__(self) -> RunLease:
-        await db(recover_connection)()  # a connection broken by a database restart is replaced
         delay = 0.01
-        while not await db(acquire_lease)(self.run_id, self.owner):
+        while not await db(self._take)():
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
         self._heartbeat = asyncio.create_task(self._beat())
@@ -157,7 +172,8 @@ class RunLease:
             # dispatch.continue_run re-takes it; else, once it expires, a sweep continues the run
             # from what was committed, see Segment.run).
             return
-        await db(release_lease)(self.run_id, self.owner)
+        if not self.released:
+            await db(release_lease)(self.run_id, self.owner)
 
 
 async def announce(run_id: str, chunks: list[tuple[ChunkType, dict]]) -> None:

@@ -114,14 +114,21 @@ class Segment:
     async def _flush(self) -> None:
         await self._write(self.log.flush_sync)
 
+    async def _write_last(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        """The segment's last write: it releases the lease in its own UPDATE of the run."""
+        await self._write(fn, *args, release=True, **kwargs)
+        self.lease.released = True
+
     # --- the segment ----------------------------------------------------------------------------
     async def run(self) -> SegmentResult:
         with logcontext.bound(agent_id=self.agent.id, run_id=self.run_id):
             return await self._run()
 
     async def _run(self) -> SegmentResult:
-        async with RunLease(self.run_id, self.lease_owner) as lease:
-            run = await db(store.load_run_to_drive)(self.run_id)
+        # The lease taken and the run read in one trip to the database thread.
+        async with RunLease(self.run_id, self.lease_owner, then=store.load_run_to_drive) as lease:
+            self.lease = lease
+            run = lease.loaded
             self.log = ChunkLog(run.id, run.next_seq, self.sinks, owner=lease.owner)
             if run.segment_open:
                 # Taken over: the previous driver died mid-segment (its lease lapsed). Close its segment
@@ -204,14 +211,23 @@ class Segment:
             if not decided:
                 done = bool(steps) and all(s.status == RunStep.Status.COMPLETED for s in steps.values())
                 return bool(calls), done
+            # Calls decided while these ran can only be calls open now: with none, there is nothing to
+            # read again afterwards (one query less per continuation, docs/performance.md).
+            read_again = len(decided) < len(calls)
             for call in decided:
                 # Loaded with the batch: a call that no longer waits (its run was cancelled while an
                 # earlier one ran) is not carried out, and what is left is read again.
                 if not await db(store.mark_executing)(call):
+                    read_again = True
                     break
-                await self._apply_decision(run, call, steps.setdefault(call.step_id, call.step))
+                if await self._apply_decision(run, call, steps.setdefault(call.step_id, call.step)):
+                    read_again = True  # it suspended again: open, and decidable, from now on
+            if not read_again:
+                done = all(s.status == RunStep.Status.COMPLETED for s in steps.values())
+                return False, done
 
-    async def _apply_decision(self, run: Run, call: SuspendedToolCall, step: RunStep) -> None:
+    async def _apply_decision(self, run: Run, call: SuspendedToolCall, step: RunStep) -> bool:
+        """Carry out one decided call; True when it suspended again (it waits once more)."""
         decision = call.decision
         assert decision is not None  # waiting_calls() loads decided calls only here
         metrics.continuation_started(agent_id=run.agent_id, decided_at=decision.decided_at)
@@ -252,8 +268,9 @@ class Segment:
                 opens=[opened],
                 ttl=store.suspended_run_ttl(self.agent.suspended_run_ttl),
             )
-        else:
-            await self._record(run, step, payload_call, args, outcome, decision=decision)
+            return True
+        await self._record(run, step, payload_call, args, outcome, decision=decision)
+        return False
 
     async def _decide_inner(self, call, decision: Decision) -> Outcome:
         """A surfaced sub-agent call was decided: its inner call carries out the same decision."""
@@ -277,7 +294,7 @@ class Segment:
             status_known = False
             if run.step_count >= max_steps:
                 self._emit_finish("length")
-                await self._write(store.complete_run, run, self.log)
+                await self._write_last(store.complete_run, run, self.log)
                 return "length"
             history = await db(store.load_history)(run, self.agent.instructions)
             started_at = timezone.now()
@@ -327,7 +344,7 @@ class Segment:
                 # The answer, its step-finish and the segment's finish commit together.
                 self.emit("step-finish", {"finishReason": "stop", "usage": usage}, hold=True)
                 self._emit_finish("stop")
-                await self._write(
+                await self._write_last(
                     store.record_answer,
                     run,
                     self.log,
@@ -359,7 +376,7 @@ class Segment:
             self._emit_open(opened)
         self.emit("step-finish", {"finishReason": "suspended", "usage": usage}, hold=True)
         self._emit_finish("suspended")
-        await self._write(
+        await self._write_last(
             store.record_suspension,
             run,
             step_id,

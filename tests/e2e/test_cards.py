@@ -359,12 +359,12 @@ def test_keyboard_moves_between_cards_and_decides_the_focused_one(login, suspend
     expect(card.get_by_role("alertdialog")).to_have_count(0)
     expect(call_card(page, risky)).to_be_focused()  # focus comes back to the card, not to <body>
     assert not Decision.objects.filter(run_id=risky_run).exists()
-    # Esc leaves a confirmation too. (Focus returning to the card after Esc passed on the inbox branch
-    # and fails after the merge with the test-helper move; open on issue 20, see its note.)
+    # Esc leaves a confirmation too, at once: before its swap has settled.
     page.keyboard.press("a")
     expect(card.get_by_role("alertdialog")).to_contain_text("High risk")
     page.keyboard.press("Escape")
     expect(card.get_by_role("alertdialog")).to_have_count(0)
+    expect(call_card(page, risky)).to_be_focused()
 
     page.keyboard.press("k")
     expect(call_card(page, first)).to_be_focused()

@@ -20,9 +20,17 @@ from agentrun.core.models import (
     Run,
     RunChunk,
     RunStep,
+    SuspendedToolCall,
     WorkerHeartbeat,
 )
-from notifications.models import EmailNotice, WebhookDelivery, WebhookEndpoint
+from notifications.models import (
+    EmailNotice,
+    SlackDelivery,
+    SlackDestination,
+    SlackMessage,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from tests.helpers.decisions import decide_call
 from tests.helpers.runs import start_run, suspend, wait_until_final
 from tests.helpers.users import make_user
@@ -112,6 +120,25 @@ def records(settings):
         bucket.setdefault("idempotency keys", []).append(key.pk)
     compacted = [_final_run(20), _final_run(15, declined=True)]
     left = [_final_run(5, declined=True), suspend("send-email", {"to": "b@example.com", "subject": "s", "body": "b"})]
+    # Slack messages go once their call no longer waits and their deliveries are gone: a waiting call's
+    # message stays (its buttons refer to it), however old.
+    destination = SlackDestination.objects.create(name="d", channel="C1", owner=user)
+    waiting = SuspendedToolCall.objects.get(run_id=left[1])
+
+    def message(days: float, run_id: str = "r", tool_call_id: str = "c") -> SlackMessage:
+        return SlackMessage.objects.create(
+            destination=destination, agent_id="support-agent", run_id=run_id, thread_id="t",
+            tool_call_id=tool_call_id, args_fingerprint="f", call={}, created_at=ago(days),
+        )  # fmt: skip
+
+    logged = message(25, tool_call_id="c-logged")
+    SlackDelivery.objects.create(message=logged, action="update", status="delivered", created_at=ago(5))
+    gone["Slack messages"] = [message(25, tool_call_id="c-old").pk]
+    kept["Slack messages"] = [
+        message(25, waiting.run_id, waiting.tool_call_id).pk,
+        logged.pk,
+        message(5, tool_call_id="c-recent").pk,
+    ]
     return gone, kept, compacted, left
 
 
@@ -119,6 +146,7 @@ MODELS = {
     "outbox events": OutboxEvent,
     "webhook deliveries": WebhookDelivery,
     "email notices": EmailNotice,
+    "Slack messages": SlackMessage,
     "idempotency keys": IdempotencyKey,
     "worker heartbeats": WorkerHeartbeat,
     "task results": DBTaskResult,

@@ -98,6 +98,19 @@ def test_bad_input_is_a_400_and_changes_nothing(root, body, field):
     assert not WebhookEndpoint.objects.exists()
 
 
+def test_a_misspelled_field_is_refused_not_ignored(root):
+    # "agent" for "agents" would otherwise make an endpoint that receives every agent's events.
+    refused = root.post(f"{BASE}/", {"url": "https://e.com/h", "agent": ["billing-agent"]}, format="json")
+    assert refused.status_code == 400, refused.content
+    assert refused.json()["error"]["details"]["unknownFields"] == ["agent"]
+    assert not WebhookEndpoint.objects.exists()
+    endpoint = make_endpoint("https://e.com/h", agents=["billing-agent"])
+    patch = root.patch(f"{BASE}/{endpoint.pk}", {"active": False, "evnts": ["run.completed"]}, format="json")
+    assert patch.status_code == 400 and patch.json()["error"]["details"]["unknownFields"] == ["evnts"]
+    endpoint.refresh_from_db()
+    assert endpoint.active and endpoint.events == []
+
+
 def test_text_the_database_cannot_store_is_a_400(root):
     response = root.post(f"{BASE}/", {"url": "https://e.com", "agents": ["a\u0000b"]}, format="json")
     assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_REQUEST"

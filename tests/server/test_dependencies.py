@@ -77,10 +77,31 @@ def _twisted_reactor_loop() -> bool:
     return isinstance(getattr(reactor, "_asyncioEventloop", None), asyncio.AbstractEventLoop)
 
 
+def _asgi_handler() -> type:
+    from django.core.handlers.asgi import ASGIHandler
+
+    return ASGIHandler
+
+
 WEB = "agentrun.server.web"
+ASGI = "agentrun.asgi"
 LAYER = "agentrun.server.channel_layer"
 OUTAGES = "agentrun.core.outages"
 INTERNALS = [
+    Internal(
+        "django",
+        "django.core.handlers.asgi.ASGIHandler.read_body(receive), create_request(scope, body_file), "
+        "listen_for_disconnect(receive), send_response(response, send), chunk_size",
+        f"{ASGI}.OneHopASGIHandler serves a sync view's request with them in one hop to the sync thread",
+        lambda: (
+            _params(_asgi_handler().read_body) == ["self", "receive"]
+            and _params(_asgi_handler().create_request) == ["self", "scope", "body_file"]
+            and _params(_asgi_handler().listen_for_disconnect) == ["self", "receive"]
+            and _params(_asgi_handler().send_response) == ["self", "response", "send"]
+            and isinstance(_asgi_handler().chunk_size, int)
+            and "_handler_class" in _source_of(_asgi_handler())
+        ),
+    ),
     Internal(
         "autobahn",
         "autobahn.websocket.protocol.WebSocketProtocol._max_message_size_exceeded(msg_size, max_msg_size, reason)",

@@ -36,6 +36,17 @@ ROWS = [
     "the subscriber furthest behind",
     "chunks/s to each of 10 `ws/runs` subscribers on one daphne",
     "chunks/s to each of 100 `ws/runs` subscribers on one daphne",
+    "decisions/s end to end (approve over REST → run completed), 2 web + 2 workers",
+    "decisions/s end to end (approve over REST → run completed), 2 web + 3 workers",
+    # The third pass's request floor, unpaged listing and date totals (benchmarks/queries.py).
+    "REST request floor: authenticated GET /api/agents/",
+    "the same request in-process",
+    "a bare ASGI app under the same daphne",
+    "REST listing, 30, unfiltered first page",
+    "unpaged listing in-process, 30 runs",
+    "Python listing, 30, first page with fromDate/toDate",
+    "REST listing, 30, first page with fromDate/toDate",
+    "REST listing, no paging, 30 runs: total",
 ]
 
 
@@ -51,6 +62,7 @@ def test_the_suite_prints_every_row_with_a_number():
         BENCH_REDIS_URL=settings.REDIS_URL,
     )
     small = ["--n", "30", "--reference-n", "30", "--repeat", "3", "--latency-runs", "2", "--words", "200"]
+    small += ["--topology-runs", "20"]
     done = subprocess.run(
         [sys.executable, "benchmarks/suite.py", *small, "--cycles", "2", "--drop"],
         cwd=ROOT,
