@@ -485,7 +485,6 @@ def table(n: int, f: dict, load: dict) -> str:
         )
     )
     lines.append(row("… the subscriber furthest behind at the run's end", f"{behind:.2f} s", "≤ 1 s", behind <= 1))
-<<<<<<< HEAD
     for many in f["fanout_one_daphne"]:
         target, slowest = (10_000 if many["subscribers"] <= 10 else 1_000), min(many["rates"])
         lines.append(
@@ -497,10 +496,8 @@ def table(n: int, f: dict, load: dict) -> str:
                 slowest >= target and many["closed_4008"] == 0,
             )
         )
-=======
     lines += topology_rows(f, row)
     lines += queries.rows(n, f, row)  # the third pass's floor, unpaged listing, date totals
->>>>>>> main
     return "\n".join(lines)
 
 
