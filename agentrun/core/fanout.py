@@ -329,10 +329,18 @@ class _Inbox:
             self.excused = self.newest
         self.ready.set()
 
-    def take(self) -> list[list[WireChunk]]:
-        self.ready.clear()
-        batches = list(self.batches)
-        self.batches.clear()
+    def take(self, limit: int) -> list[list[WireChunk]]:
+        """Whole batches, about ``limit`` chunks at most; those left are not excused any more: a client
+        that is slow to read a burst falls behind on what it could not take."""
+        batches: list[list[WireChunk]] = []
+        count = 0
+        while self.batches and (not batches or count + len(self.batches[0]) <= limit):
+            batches.append(self.batches.popleft())
+            count += len(batches[-1])
+        if self.batches:
+            self.excused = min(self.excused, max(c["seq"] for c in batches[-1]))
+        else:
+            self.ready.clear()
         return batches
 
     def unget(self, batches: list[list[WireChunk]]) -> None:
@@ -673,7 +681,7 @@ async def subscribe_batches(
                         break
                     finally:
                         inbox.waiting = False
-                taken = inbox.take()
+                taken = inbox.take(max_lag or UNCONFIRMED_MAX)
                 # Too far behind? Counted once per take: what arrived while it waited is excused.
                 check_lag()
                 out: list[WireChunk] = []
