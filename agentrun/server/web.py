@@ -16,7 +16,8 @@ What it changes in daphne (4.x, autobahn underneath):
   server's write buffer, and the final close could not be flushed within autobahn's one-second
   closing handshake, so the connection was aborted mid-stream. Here a websocket ``send`` waits while
   the connection's write buffer is full (Twisted pauses the connection as a producer above 64 KiB), so
-  a consumer feels a slow client (``ws/runs`` then closes it with 4008 once it is too far behind, see
+  a consumer feels a slow client (the kernel's send buffer is bounded, ``SEND_BUFFER_BYTES``, so that it
+  does within a few thousand chunks; ``ws/runs`` then closes it with 4008 once it is too far behind, see
   ``agentrun.core.fanout.SubscriberBehind``), and the closing handshake waits up to
   ``CLOSE_HANDSHAKE_SECONDS`` for the client to read what was sent before the close frame.
 - **Frames made once** (``agentrun.ws.frames``): a websocket's scope announces the extension, and a
@@ -36,6 +37,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -60,6 +62,8 @@ EXIT_GRACE_SECONDS = 2.0
 # How long a closing socket waits for its client to read the frames sent before the close frame
 # (autobahn's default is 1 s: a slow reader's last frames and the close itself were lost).
 CLOSE_HANDSHAKE_SECONDS = 30
+# A websocket's kernel send buffer (Linux doubles it): with Twisted's 64 KiB, about 3,000 chunks.
+SEND_BUFFER_BYTES = 128 * 1024
 TOO_LARGE_FRAME = json.dumps(
     {"type": "error", "error": {"code": "PAYLOAD_TOO_LARGE", "message": "A frame is at most 1 MiB."}}
 ).encode()
@@ -88,6 +92,10 @@ class WebSocketProtocol(DaphneWebSocketProtocol):
 
     def onOpen(self) -> None:  # noqa: N802 - autobahn's callback
         super().onOpen()
+        # A bounded kernel send buffer (autotuning can take megabytes): a client that reads slowly is
+        # felt as backpressure within a few thousand chunks, not after the whole run went into the kernel.
+        with contextlib.suppress(Exception):
+            self.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         self.flow = WriteFlow()
         # The HTTP channel that upgraded the connection was its producer until now.
         with contextlib.suppress(Exception):
