@@ -12,7 +12,7 @@ from django.template.loader import render_to_string
 
 from agentrun.core import outages
 from agentrun.core.access import can_view, hidden_agent_ids
-from agentrun.core.fanout import APPROVALS_GROUP
+from agentrun.core.fanout import APPROVALS_GROUP, FEED_TEMPLATE
 
 
 class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
@@ -61,4 +61,6 @@ class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
         if message.get("agentId") in self.hidden:
             return  # not even that something happened: the agent is hidden from this reviewer
         # An out-of-band swap of the pages' #live-status; its arrival triggers their refresh (hx-trigger).
-        await self.send(text_data=render_to_string("approvals/feed_event.html", {"event": message}))
+        # Rendered once by the sender for every socket (fanout.notify_approvals); rendered here only
+        # for a message of a process that did not (an older version).
+        await self.send(text_data=message.get("html") or render_to_string(FEED_TEMPLATE, {"event": message}))

@@ -286,6 +286,15 @@ async def fanout(top: Topology, token: str, words: int) -> dict:
     }
 
 
+async def fanout_one_daphne(top: Topology, words: int) -> dict:
+    """``words`` text-delta chunks to 10, then 100 ``ws/runs`` subscribers all on web A, the run started
+    over REST on web B (``benchmarks/stream_fanout.py``, lean clients; docs/performance.md "Fan-out
+    (third pass)")."""
+    from benchmarks.stream_fanout import measure_subscribers
+
+    return {"fanout_one_daphne": [await measure_subscribers(top.port_a, top.port_b, n, words) for n in (10, 100)]}
+
+
 # --- children ------------------------------------------------------------------------------------
 def child(args: argparse.Namespace) -> dict:
     """Run in a process of its own: Django set up on the database the environment names."""
@@ -476,6 +485,17 @@ def table(n: int, f: dict, load: dict) -> str:
         )
     )
     lines.append(row("… the subscriber furthest behind at the run's end", f"{behind:.2f} s", "≤ 1 s", behind <= 1))
+    for many in f["fanout_one_daphne"]:
+        target, slowest = (10_000 if many["subscribers"] <= 10 else 1_000), min(many["rates"])
+        lines.append(
+            row(
+                f"chunks/s to each of {many['subscribers']} `ws/runs` subscribers on one daphne "
+                f"({many['words']:,} chunks), the slowest; closed 4008",
+                f"{slowest:,.0f} chunks/s (fastest {max(many['rates']):,.0f}); {many['closed_4008']} closed 4008",
+                f"≥ {target:,} each, none closed 4008",
+                slowest >= target and many["closed_4008"] == 0,
+            )
+        )
     lines += topology_rows(f, row)
     lines += queries.rows(n, f, row)  # the third pass's floor, unpaged listing, date totals
     return "\n".join(lines)
@@ -557,6 +577,7 @@ def main() -> None:
             figures |= queries.through_daphne(top, token, args.repeat, env)
             figures |= asyncio.run(approve_latency(top, token, args.latency_runs))
             figures |= asyncio.run(fanout(top, token, args.words))
+            figures |= asyncio.run(fanout_one_daphne(top, args.words))
         except BaseException:
             for log in sorted(Path(logs).glob("*.log")):
                 print(f"--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)

@@ -12,24 +12,22 @@ from django.http import StreamingHttpResponse
 
 from agentrun.core import outages
 from agentrun.core.errors import AgentRunError
-from agentrun.core.fanout import SubscriberInterrupted, SubscriberReset, release_connection
+from agentrun.core.fanout import SubscriberInterrupted, SubscriberReset, release_connection, sse_event
 
 logger = logging.getLogger("agentrun.api")
 
 DONE = b"event: done\ndata: [DONE]\n\n"
 
 
-def chunk_event(chunk: dict) -> bytes:
-    return f"id: {chunk['seq']}\nevent: chunk\ndata: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
-
-
-async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
+async def _events(batches: AsyncIterator[list[dict]]) -> AsyncIterator[bytes]:
     sent = None
-    async with aclosing(chunks) as source:
+    async with aclosing(batches) as source:
         try:
-            async for chunk in source:
-                yield chunk_event(chunk)
-                sent = chunk["seq"]
+            async for batch in source:
+                # Each chunk's event is made once per process (fanout.sse_event) and what arrived
+                # together is one write (docs/performance.md "Fan-out (third pass)").
+                yield b"".join([sse_event(chunk) for chunk in batch])
+                sent = batch[-1]["seq"]
         except (SubscriberInterrupted, *outages.INFRASTRUCTURE_ERRORS) as exc:
             # The database or the channel layer stayed away: an error event, then the stream ends
             # without `done`, so an EventSource reconnects by itself (after `retry:` ms) with its
@@ -54,9 +52,19 @@ async def _events(chunks: AsyncIterator[dict]) -> AsyncIterator[bytes]:
     yield DONE
 
 
-def event_stream_response(chunks: AsyncIterator[dict], status: int = 200) -> StreamingHttpResponse:
+async def _one_by_one(chunks: AsyncIterator[dict]) -> AsyncIterator[list[dict]]:
+    async with aclosing(chunks) as source:
+        async for chunk in source:
+            yield [chunk]
+
+
+def event_stream_response(
+    chunks: AsyncIterator[dict] | None = None, status: int = 200, *, batches: AsyncIterator[list[dict]] | None = None
+) -> StreamingHttpResponse:
+    """The chunks (or the batches of ``fanout.subscribe_batches``) as server-sent events."""
     release_connection()  # the view's: the stream may last long, and reads the database on its own
-    response = StreamingHttpResponse(_events(chunks), status=status, content_type="text/event-stream")
+    source = batches if batches is not None else _one_by_one(chunks)  # type: ignore[arg-type]
+    response = StreamingHttpResponse(_events(source), status=status, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: send each event at once
     return response

@@ -31,7 +31,7 @@ from agentrun.api.pagination import cursor_page, list_envelope
 from agentrun.api.sse import event_stream_response
 from agentrun.core import access, claims
 from agentrun.core.errors import AgentRunError
-from agentrun.core.fanout import subscribe
+from agentrun.core.fanout import subscribe, subscribe_batches
 from agentrun.core.models import BackgroundTask, Decision, Message, Run, RunStep, SuspendedToolCall, Thread
 from agentrun.core.selectors import (
     SuspendedRun,
@@ -494,7 +494,7 @@ class RunStreamView(ApiView):
             after = _seq_param(last_event_id, "Last-Event-ID")
         else:
             after = _seq_param(request.query_params.get("after"), "after")
-        return event_stream_response(subscribe(run.id, after, until="rest", resync=True))
+        return event_stream_response(batches=subscribe_batches(run.id, after, until="rest", resync=True))
 
 
 # --- threads, decisions, background tasks --------------------------------------------------------

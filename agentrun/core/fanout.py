@@ -1,10 +1,15 @@
 """The stream fan-out: every chunk of a run reaches every subscriber, in order, once.
 
 Writers: a segment's ``RunPublisher`` sends its chunks to the channel-layer group ``run.<id>`` as they
-are produced (batched per event-loop tick), while ``ChunkLog`` writes them to the database in batches.
-Readers: ``subscribe(run_id, after)`` joins the group first, then replays the log after ``after``, then
-yields live chunks. A live chunk ahead of what the log holds (it was produced before we joined but is
-not flushed yet) makes it re-read the log until the gap is filled: no gap, no duplicate.
+are produced (batched per event-loop tick, encoded once: the message carries the frames), while
+``ChunkLog`` writes them to the database in batches.
+Readers: ``subscribe_batches(run_id, after)`` (``subscribe``: one chunk at a time) joins the group first,
+then replays the log after ``after``, then yields live chunks. A process is one member of the group per
+run (``_RunFeed``) whatever the number of its subscribers: it decodes each message once and hands the
+same chunks, with their encodings made once, to all of them, which share their reads of the log and of
+the run's state (docs/performance.md "Fan-out (third pass)"). A live chunk ahead of what the log holds
+(it was produced before we joined but is not flushed yet) makes it re-read the log until the gap is
+filled: no gap, no duplicate.
 
 The log is the truth; a chunk given live is only the driver's word until the log shows it. A driver
 that dies leaves chunks it published but never logged, and its taker writes other chunks under those
@@ -19,17 +24,21 @@ Reviewers' feed: ``notify_approvals`` tells the ``approvals`` group when calls o
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection
+from django.template.loader import render_to_string
 from django.utils import timezone
 
 from agentrun.core import outages
@@ -39,6 +48,7 @@ from agentrun.core.models import Run, RunChunk
 logger = logging.getLogger("agentrun.core.fanout")
 
 APPROVALS_GROUP = "approvals"
+FEED_TEMPLATE = "approvals/feed_event.html"
 GAP_POLL_SECONDS = 0.05
 LOG_POLL_SECONDS = 0.25  # following a run from the log alone, while the channel layer is down
 
@@ -76,6 +86,9 @@ class SubscriberReset(Exception):  # noqa: N818 - a state, not an error of ours
 OUTAGE_PATIENCE_SECONDS = 5.0
 # A resyncing subscriber re-reads the log once this many chunks it gave live wait to be confirmed.
 RECENT_CHUNKS = 1024
+# ... and waits for a read of the log only when this many wait: below it, the log as this process last
+# read it confirms them, and a read for everyone starts in the background (live chunks keep flowing).
+UNCONFIRMED_MAX = 4 * RECENT_CHUNKS
 # The code of the finish a taker writes for its dead predecessor's segment (engine.loop.TAKEOVER_FINISH).
 TAKEOVER_CODE = "driver_lost"
 # At most how many chunks a driver publishes that its log does not hold yet: those of one model call
@@ -89,7 +102,11 @@ def _is_takeover(chunk: dict) -> bool:
 
 
 def _same(a: dict, b: dict) -> bool:
-    return a["type"] == b["type"] and json.dumps(a["payload"], sort_keys=True, default=str) == json.dumps(
+    if a["type"] != b["type"]:
+        return False
+    if a["payload"] == b["payload"]:  # the usual case, without encoding anything
+        return True
+    return json.dumps(a["payload"], sort_keys=True, default=str) == json.dumps(
         b["payload"], sort_keys=True, default=str
     )
 
@@ -99,7 +116,11 @@ def run_group(run_id: str) -> str:
 
 
 class RunPublisher:
-    """A chunk sink: publishes to ``run.<id>`` without ever blocking or failing the run."""
+    """A chunk sink: publishes to ``run.<id>`` without ever blocking or failing the run.
+
+    Each chunk is encoded here, once for the whole run: the message carries the frames (the JSON text
+    every ``ws/runs`` socket is sent), and no reading process encodes it again (docs/performance.md
+    "Fan-out (third pass)")."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -118,7 +139,8 @@ class RunPublisher:
         while self.pending:
             batch, self.pending = self.pending, []
             try:
-                await self.layer.group_send(run_group(self.run_id), {"type": "run.chunks", "chunks": batch})
+                frames = [ws_text(chunk) for chunk in batch]
+                await self.layer.group_send(run_group(self.run_id), {"type": "run.frames", "frames": frames})
             except outages.CHANNEL_LAYER_ERRORS as exc:  # subscribers follow the log meanwhile
                 outages.channel_layer.failed(exc)
             except Exception:  # a subscriber recovers from the log; the run must not fail for this
@@ -129,6 +151,67 @@ class RunPublisher:
     async def aclose(self) -> None:
         while self.task is not None and not self.task.done():
             await self.task
+
+
+# --- encoded once -----------------------------------------------------------------------------------
+class WireChunk(dict):
+    """A chunk read by this process (from the channel layer or the log), shared by all its subscribers
+    of the run, with its encodings kept: each transport's bytes are made once per process, not once per
+    subscriber. Never mutated once made."""
+
+    __slots__ = ("text", "frame", "event")
+
+    def __init__(self, chunk: dict, text: str | None = None) -> None:
+        super().__init__(chunk)
+        self.text = text
+        self.frame: bytes | None = None
+        self.event: bytes | None = None
+
+
+def ws_text(chunk: dict) -> str:
+    """The websocket frame's text of a chunk: what channels' ``send_json`` sends (``json.dumps``)."""
+    if isinstance(chunk, WireChunk):
+        if chunk.text is None:
+            chunk.text = json.dumps(chunk)
+        return chunk.text
+    return json.dumps(chunk)
+
+
+def ws_frame(chunk: dict) -> bytes:
+    """The whole websocket frame of a chunk, as a server sends it (one unmasked, unfragmented text
+    frame, RFC 6455 §5.2), for servers that take frames as they are (``agentrun.server.web``)."""
+    if isinstance(chunk, WireChunk) and chunk.frame is not None:
+        return chunk.frame
+    data = ws_text(chunk).encode()
+    size = len(data)
+    if size < 126:
+        head = bytes((0x81, size))
+    elif size < 65536:
+        head = bytes((0x81, 126)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((0x81, 127)) + size.to_bytes(8, "big")
+    frame = head + data
+    if isinstance(chunk, WireChunk):
+        chunk.frame = frame
+    return frame
+
+
+def sse_event(chunk: dict) -> bytes:
+    """The server-sent event of a chunk (docs/api.md#server-sent-events): compact JSON."""
+    if isinstance(chunk, WireChunk) and chunk.event is not None:
+        return chunk.event
+    event = f"id: {chunk['seq']}\nevent: chunk\ndata: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+    if isinstance(chunk, WireChunk):
+        chunk.event = event
+    return event
+
+
+def _wire(message: dict) -> list[WireChunk]:
+    """The chunks of a ``run.<id>`` message: frames (``run.frames``), or chunks from a process that
+    published them unencoded (``run.chunks``, before this version)."""
+    if "frames" in message:
+        return [WireChunk(json.loads(text), text) for text in message["frames"]]
+    return [WireChunk(chunk) for chunk in message.get("chunks", [])]
 
 
 def release_connection() -> None:
@@ -147,9 +230,16 @@ def _drop_broken_connection() -> None:
     connection.close_if_unusable_or_obsolete()
 
 
-def _load_chunks(run_id: str, after: int) -> list[dict]:
+def _load_chunks(run_id: str, after: int, upto: int | None = None) -> list[WireChunk]:
+    """The log's chunks after ``after`` (up to ``upto``), as tuples: no model instance per chunk."""
+    rows = RunChunk.objects.filter(run_id=run_id, seq__gt=after)
+    if upto is not None:
+        rows = rows.filter(seq__lte=upto)
     try:
-        return [c.to_chunk() for c in RunChunk.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")]
+        return [
+            WireChunk({"type": type_, "runId": run_id, "from": "AGENT", "seq": seq, "payload": payload})
+            for seq, type_, payload in rows.order_by("seq").values_list("seq", "type", "payload")
+        ]
     finally:
         release_connection()
 
@@ -190,7 +280,246 @@ def _run_state(run_id: str) -> tuple[str | None, bool]:
 FINAL = {"completed", "failed", "cancelled", "expired"}
 
 
-async def subscribe(
+# At most this many chunks are handed to a consumer at once (a long replay goes out in pieces).
+HANDED_AT_ONCE = 500
+# How many of a run's logged chunks a process keeps for its subscribers' re-reads of the log: at
+# least LOG_KEPT, more while a subscriber here still needs them, at most LOG_KEPT_MAX.
+LOG_KEPT = 4096
+LOG_KEPT_MAX = 65536
+
+
+def _seq(chunk: dict) -> int:
+    return chunk["seq"]
+
+
+class _Batch(list):
+    """Chunks that arrived together, as this process decoded them once for all its subscribers.
+    ``run``: their seqs follow each other and none is a ``finish`` (a subscriber takes them whole)."""
+
+    __slots__ = ("by_seq", "run", "top")
+
+    def __init__(self, chunks: list[WireChunk]) -> None:
+        super().__init__(chunks)
+        seqs = [c["seq"] for c in chunks]
+        self.top = max(seqs)
+        self.run = seqs == list(range(seqs[0], seqs[0] + len(seqs))) and all(c["type"] != "finish" for c in chunks)
+        self.by_seq = dict(zip(seqs, chunks, strict=True))
+
+
+class _Inbox:
+    """One subscriber's live chunks, in the batches they arrived in (shared lists: never mutated)."""
+
+    __slots__ = ("batches", "excused", "low", "newest", "ready", "waiting")
+
+    def __init__(self, after: int) -> None:
+        self.batches: deque[list[WireChunk]] = deque()  # _Batch, or what a subscriber put back
+        self.newest = after  # the highest seq published since it joined
+        # The highest seq that arrived while its subscriber waited for chunks: those do not make it
+        # late, however many came at once (a driver publishes what it made while it did not yield).
+        self.excused = after
+        self.waiting = False
+        self.low = after  # the subscriber may read the log after this seq (to confirm, or to catch up)
+        self.ready = asyncio.Event()
+
+    def put(self, batch: _Batch) -> None:
+        self.batches.append(batch)
+        if batch.top > self.newest:
+            self.newest = batch.top
+        if self.waiting:
+            self.excused = self.newest
+        self.ready.set()
+
+    def take(self, limit: int) -> list[list[WireChunk]]:
+        """Whole batches, about ``limit`` chunks at most; those left are not excused any more: a client
+        that is slow to read a burst falls behind on what it could not take."""
+        batches: list[list[WireChunk]] = []
+        count = 0
+        while self.batches and (not batches or count + len(self.batches[0]) <= limit):
+            batches.append(self.batches.popleft())
+            count += len(batches[-1])
+        if self.batches:
+            self.excused = min(self.excused, max(c["seq"] for c in batches[-1]))
+        else:
+            self.ready.clear()
+        return batches
+
+    def unget(self, batches: list[list[WireChunk]]) -> None:
+        batches = [b for b in batches if b]
+        if batches:
+            self.batches.extendleft(reversed(batches))
+            self.ready.set()
+
+
+class _RunFeed:
+    """This process's end of ``run.<id>``: one membership of the group and one decoding of each message
+    whatever the number of subscribers here, and the reads of the log and of the run's state they share
+    (docs/performance.md "Fan-out (third pass)")."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.layer = get_channel_layer()
+        self.inboxes: set[_Inbox] = set()
+        self.channel: str | None = None
+        self.receiver: asyncio.Task | None = None
+        self.left = False
+        self.joining = asyncio.get_running_loop().create_task(self._join())
+        # The log's chunks (lo, hi] as a read that began at log_at found them (rows under a seq never change).
+        self.log_lock = asyncio.Lock()
+        self.logged: list[WireChunk] = []
+        self.lo = self.hi = -1
+        self.log_at = float("-inf")
+        self.refreshing: asyncio.Task | None = None
+        self.state_lock = asyncio.Lock()
+        self.state: tuple[str | None, bool] = (None, False)
+        self.state_at = float("-inf")
+
+    @property
+    def live(self) -> bool:
+        return self.receiver is not None and not self.receiver.done()
+
+    def usable(self) -> bool:
+        """A new subscriber may share it: it is joining or receiving (else it joins afresh)."""
+        return not self.left and (not self.joining.done() or self.live)
+
+    async def _join(self) -> None:
+        try:
+            channel = await self.layer.new_channel()
+            await self.layer.group_add(run_group(self.run_id), channel)
+        except outages.CHANNEL_LAYER_ERRORS as exc:  # Redis away: the log alone still carries every chunk
+            outages.channel_layer.failed(exc)
+        except Exception:
+            logger.warning("channel layer unavailable; %s is followed from the log", self.run_id, exc_info=True)
+        else:
+            outages.channel_layer.reached()
+            self.channel = channel
+            self.receiver = asyncio.get_running_loop().create_task(self._pump())
+            if self.left:  # everyone left while it joined
+                await self._leave()
+
+    async def _pump(self) -> None:
+        assert self.channel is not None
+        try:
+            while True:
+                chunks = _wire(await self.layer.receive(self.channel))
+                if chunks:
+                    batch = _Batch(chunks)
+                    for inbox in self.inboxes:
+                        inbox.put(batch)
+        except outages.CHANNEL_LAYER_ERRORS as exc:  # no more live chunks: the log carries them
+            outages.channel_layer.failed(exc)
+        except Exception:
+            logger.warning("live chunks of %s stopped; it is followed from the log", self.run_id, exc_info=True)
+
+    async def leave(self, inbox: _Inbox) -> None:
+        self.inboxes.discard(inbox)
+        if self.inboxes:
+            return
+        self.left = True
+        feeds = _feeds.get(asyncio.get_running_loop(), {})
+        if feeds.get(self.run_id) is self:
+            del feeds[self.run_id]
+        if self.joining.done():
+            await self._leave()
+
+    async def _leave(self) -> None:
+        for task in (self.receiver, self.refreshing):
+            if task is not None:
+                task.cancel()
+        if self.channel:
+            with contextlib.suppress(Exception):  # the layer went away: nothing to clean
+                await self.layer.group_discard(run_group(self.run_id), self.channel)
+
+    async def log_after(self, after: int, read: Any, cover: int | None = None, max_age: float = 0.0) -> list[WireChunk]:
+        """The log's chunks after ``after``: as a query that began after this call (or at most
+        ``max_age`` seconds before it) found them or, given ``cover``, as soon as this process has read
+        the log up to that seq (its rows never change). ``read`` is the caller's ``from_db``.
+        Subscribers share the queries and the chunks they made."""
+        asked = time.monotonic() - max_age
+        async with self.log_lock:
+            if self.hi < 0 or after > self.hi:
+                started = time.monotonic()  # nothing kept, or all of it is behind: start afresh
+                rows = await read(_load_chunks, self.run_id, after)
+                self.logged, self.lo, self.hi, self.log_at = rows, after, rows[-1]["seq"] if rows else after, started
+            else:
+                if after < self.lo:  # before what is kept: read that much more
+                    self.logged[:0] = await read(_load_chunks, self.run_id, after, self.lo)
+                    self.lo = after
+                if (self.log_at < asked) if cover is None else (self.hi < cover):
+                    started = time.monotonic()
+                    rows = await read(_load_chunks, self.run_id, self.hi)
+                    self.logged += rows
+                    self.hi, self.log_at = rows[-1]["seq"] if rows else self.hi, started
+            taken = self.logged[bisect.bisect_right(self.logged, after, key=_seq) :]
+            if len(self.logged) > LOG_KEPT:
+                # Drop what no subscriber here still needs (each says from where it may read: ``low``),
+                # and past LOG_KEPT_MAX the oldest anyway.
+                low = min((inbox.low for inbox in self.inboxes), default=self.hi)
+                drop = max(
+                    min(bisect.bisect_right(self.logged, low, key=_seq), len(self.logged) - LOG_KEPT),
+                    len(self.logged) - LOG_KEPT_MAX,
+                )
+                if drop > 0:
+                    self.lo = self.logged[drop - 1]["seq"]
+                    del self.logged[:drop]
+            return taken
+
+    def kept(self, after: int, upto: int) -> list[WireChunk]:
+        """The log's chunks in (after, upto] that this process holds, without reading anything."""
+        start = bisect.bisect_right(self.logged, after, key=_seq)
+        end = bisect.bisect_right(self.logged, upto, key=_seq)
+        return self.logged[start:end]
+
+    def refresh_log(self, cover: int) -> None:
+        """Read the log up to its end in the background, unless this process holds it up to ``cover``
+        or such a read is under way."""
+        if self.hi < 0 or self.hi >= cover or (self.refreshing is not None and not self.refreshing.done()):
+            return
+
+        async def refresh() -> None:
+            try:
+                await self.log_after(self.hi, sync_to_async(_load_chunks), cover)
+            except Exception:  # a subscriber that needs the log reads it itself, outages handled
+                logger.debug("reading the log of %s in the background failed", self.run_id, exc_info=True)
+
+        self.refreshing = asyncio.get_running_loop().create_task(refresh())
+
+    async def run_state(self, read: Any, max_age: float = 0.0) -> tuple[str | None, bool]:
+        """``_run_state`` as a query that began after this call (or ``max_age`` before) found it,
+        shared as ``log_after``."""
+        asked = time.monotonic() - max_age
+        async with self.state_lock:
+            if self.state_at < asked:
+                started = time.monotonic()
+                self.state = await read(_run_state, self.run_id)
+                self.state_at = started
+            return self.state
+
+
+_feeds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _RunFeed]] = weakref.WeakKeyDictionary()
+
+
+def _feed(run_id: str) -> _RunFeed:
+    feeds = _feeds.setdefault(asyncio.get_running_loop(), {})
+    feed = feeds.get(run_id)
+    if feed is None or not feed.usable():
+        feed = feeds[run_id] = _RunFeed(run_id)
+    return feed
+
+
+def _pieces(chunks: list[WireChunk]) -> Iterator[list[WireChunk]]:
+    for i in range(0, len(chunks), HANDED_AT_ONCE):
+        yield chunks[i : i + HANDED_AT_ONCE] if len(chunks) > HANDED_AT_ONCE else chunks
+
+
+async def subscribe(run_id: str, after: int = 0, **options: Any) -> AsyncIterator[dict]:
+    """``subscribe_batches``, one chunk at a time, each a dict of the consumer's own."""
+    async with contextlib.aclosing(subscribe_batches(run_id, after, **options)) as batches:
+        async for batch in batches:
+            for chunk in batch:
+                yield json.loads(ws_text(chunk))
+
+
+async def subscribe_batches(
     run_id: str,
     after: int = 0,
     *,
@@ -198,8 +527,9 @@ async def subscribe(
     after_a_finish: bool = False,
     max_lag: int | None = None,
     resync: bool = False,
-) -> AsyncIterator[dict]:
-    """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones.
+) -> AsyncGenerator[list[WireChunk]]:
+    """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones, in batches (what arrived
+    together), shared with the process's other subscribers of the run: read them, never change them.
 
     ``until="final"`` ends once the run is final (websockets); ``until="rest"`` ends once it is
     suspended or final and nobody drives it (SSE ``GET /api/runs/{id}/stream``). ``after_a_finish``:
@@ -210,40 +540,23 @@ async def subscribe(
     (chunks of a dead driver that never reached the log, re-used by its taker), or when its client,
     resuming ``after``, may hold such chunks; without it those seqs are skipped as seen.
     """
-    layer = get_channel_layer()
-    group = run_group(run_id)
-    live: asyncio.Queue = asyncio.Queue()
-    channel: str | None = None  # set once it is in the run's group
-    try:
-        joining = await layer.new_channel()
-        await layer.group_add(group, joining)
-        channel = joining
-    except outages.CHANNEL_LAYER_ERRORS as exc:  # Redis away: the log alone still carries every chunk
-        outages.channel_layer.failed(exc)
-    except Exception:
-        logger.warning("channel layer unavailable; %s is followed from the log", run_id, exc_info=True)
-    else:
-        outages.channel_layer.reached()
-
-    newest = after  # the highest seq published since we joined
-
-    async def pump() -> None:
-        nonlocal newest
-        try:
-            while True:
-                message = await layer.receive(channel)
-                for chunk in message.get("chunks", []):
-                    live.put_nowait(chunk)
-                    newest = max(newest, chunk["seq"])
-        except outages.CHANNEL_LAYER_ERRORS as exc:  # no more live chunks: the log carries them
-            outages.channel_layer.failed(exc)
-        except Exception:
-            logger.warning("live chunks of %s stopped; it is followed from the log", run_id, exc_info=True)
+    feed = _feed(run_id)
+    inbox = _Inbox(after)
+    feed.inboxes.add(inbox)  # before the join completes: nothing published after it is missed
 
     def poll_seconds() -> float:
         # Live chunks end each wait at once; without them (the layer is down), the log is read often.
-        live_ok = receiver is not None and not receiver.done() and not outages.channel_layer.down
-        return 1.0 if live_ok else LOG_POLL_SECONDS
+        return 1.0 if feed.live and not outages.channel_layer.down else LOG_POLL_SECONDS
+
+    @contextlib.contextmanager
+    def serving() -> Iterator[None]:
+        """The server's own waits (the database, a gap to fill): chunks that arrive meanwhile do not
+        count against the client (``check_lag``), only its own slowness does."""
+        was, inbox.waiting = inbox.waiting, True
+        try:
+            yield
+        finally:
+            inbox.waiting = was
 
     async def from_db(read: Any, *args: Any) -> Any:
         """``read(*args)`` in a thread; while the database does not answer, tried again for
@@ -265,24 +578,27 @@ async def subscribe(
                 return result
 
     last = after  # the highest seq taken (from the log or live), in order
-    given = after  # the highest seq handed to our consumer (a batch read from the log is taken at once)
+    given = after  # the highest seq handed to our consumer
     finished = False
-    receiver = asyncio.get_running_loop().create_task(pump()) if channel else None
 
     unconfirmed: dict[int, dict] = {}  # resync: chunks given live that the log has not shown yet, by seq
+    confirm_at = RECENT_CHUNKS  # resync: confirm them against the log once this many wait
     # resync: (lo, hi]: seqs the client says it holds (it resumed after hi) that the log did not hold yet
     claimed: tuple[int, int] | None = None
 
-    def give(chunk: dict, unlogged: bool = False) -> dict:
+    def check_lag() -> None:
         # Chunks the run produced that our consumer has not taken yet (duplicates of the replay do
-        # not count): past max_lag it is too far behind to be kept up to date live.
-        nonlocal given
-        if max_lag is not None and newest - given > max_lag:
+        # not count), but for those that came while it waited for them: past max_lag it reads too
+        # slowly to be kept up to date live.
+        if max_lag is not None and inbox.newest - max(given, inbox.excused) > max_lag:
             raise SubscriberBehind(given)
-        given = chunk["seq"]
-        if resync and unlogged:  # live: the driver's word until the log shows the same chunk
-            unconfirmed[given] = chunk
-        return chunk
+
+    def handed(batch: list[WireChunk], check: bool = True) -> list[WireChunk]:
+        nonlocal given
+        if check:
+            check_lag()
+        given = batch[-1]["seq"]
+        return batch
 
     def accept(chunk: dict) -> bool:
         """Take the chunk if it is the next one; a duplicate or one ahead of a gap is not taken."""
@@ -305,10 +621,12 @@ async def subscribe(
                 raise SubscriberReset(seq - 1)
             claimed = (seq, claimed[1]) if seq < claimed[1] else None
 
-    async def from_log(below: int | None = None) -> list[dict]:
+    async def from_log(below: int | None = None, cover: int | None = None, max_age: float = 0.0) -> list[WireChunk]:
         start = min(last, claimed[0] if claimed else last, min(unconfirmed, default=last + 1) - 1)
-        logged = await from_db(_load_chunks, run_id, start)
+        inbox.low = start
         taken = []
+        with serving():
+            logged = await feed.log_after(start, from_db, cover, max_age)
         for c in logged:
             if below is not None and c["seq"] >= below:
                 break
@@ -319,6 +637,7 @@ async def subscribe(
         return taken
 
     try:
+        await asyncio.shield(feed.joining)  # joined the group (or not: the log alone carries the run)
         if resync and after > 0:
             # A client resuming after a seq may have been shown chunks a dead driver never logged: a
             # takeover that already re-used them ends this at once; one yet to come, when it is logged.
@@ -326,17 +645,23 @@ async def subscribe(
             if takeover is not None:
                 raise SubscriberReset(takeover - 1)
             claimed = (end, after) if end < after else None
+        # After a wait in which nothing came live, reads of the log and of the run's state that
+        # another subscriber of the run here made as long ago are as good: the run's subscribers
+        # that time out together make one query, not one each (docs/performance.md "Fan-out (third
+        # pass)"). On joining and after a finish, a read that begins after the call.
+        patience = 0.0
         while True:
-            for chunk in await from_log():
-                yield give(chunk)
-            status, driving = await from_db(_run_state, run_id)
+            for batch in _pieces(await from_log(max_age=patience)):
+                yield handed(batch)
+            with serving():
+                status, driving = await feed.run_state(from_db, patience)
             if status is None:
                 return
             # A final run produces nothing more; a suspended one may still have a queued segment to run.
             if _rested(status, driving, until) and (finished or not after_a_finish or status in FINAL):
                 # Read the log once more: the final chunks may have landed after our last read.
-                for chunk in await from_log():
-                    yield give(chunk)
+                for batch in _pieces(await from_log()):
+                    yield handed(batch)
                 # Nobody drives the run and its log ends before chunks this client was shown.
                 lost = [min(unconfirmed) - 1] if unconfirmed else []
                 if claimed is not None:
@@ -344,36 +669,86 @@ async def subscribe(
                 if resync and lost:
                     raise SubscriberReset(min(lost))
                 return
-            # Live phase: wait for chunks; re-check the run state when nothing arrives for a while.
-            try:
-                chunk = await asyncio.wait_for(live.get(), timeout=poll_seconds())
-            except TimeoutError:
-                continue
+            # Live phase: chunks as they come, until a finish (the run may rest now: re-check its state
+            # and the log) or a while without any (re-check them too).
             while True:
-                if chunk["seq"] > last + 1:
-                    # Produced before we joined and not flushed yet: fill the gap from the log.
-                    await asyncio.sleep(GAP_POLL_SECONDS)
-                    for logged in await from_log(below=chunk["seq"]):
-                        yield give(logged)
-                    continue
-                if accept(chunk):
-                    yield give(chunk, unlogged=True)
-                elif resync and chunk["seq"] in unconfirmed and not _same(unconfirmed[chunk["seq"]], chunk):
-                    # Two versions of a seq, neither logged yet as far as we know: the log decides later,
-                    # but one of them is not the log's (a dead driver's, and its taker's).
-                    raise SubscriberReset(chunk["seq"] - 1)
-                if chunk["type"] == "finish" or len(unconfirmed) >= RECENT_CHUNKS:
-                    break  # re-check the state (the run may rest now) and the log
-                try:
-                    chunk = live.get_nowait()
-                except asyncio.QueueEmpty:
+                if not inbox.batches:
+                    inbox.waiting = True
+                    try:
+                        await asyncio.wait_for(inbox.ready.wait(), timeout=poll_seconds())
+                    except TimeoutError:
+                        patience = poll_seconds()
+                        break
+                    finally:
+                        inbox.waiting = False
+                taken = inbox.take(max_lag or UNCONFIRMED_MAX)
+                # Too far behind? Counted once per take: what arrived while it waited is excused.
+                check_lag()
+                out: list[WireChunk] = []
+                finish = False
+                for n, chunks in enumerate(taken):
+                    if isinstance(chunks, _Batch) and chunks.run and chunks[0]["seq"] == last + 1:
+                        # The usual case, taken whole: no work per chunk for this subscriber.
+                        out += chunks
+                        last = chunks[-1]["seq"]
+                        if resync:  # live: the driver's word until the log shows the same chunks
+                            unconfirmed.update(chunks.by_seq)
+                        i = len(chunks)
+                    else:
+                        i = 0
+                    while i < len(chunks):
+                        chunk = chunks[i]
+                        if chunk["seq"] > last + 1:
+                            # Produced before we joined and not flushed yet: fill the gap from the log.
+                            for batch in _pieces(out):
+                                yield handed(batch, check=False)
+                            out = []
+                            with serving():
+                                await asyncio.sleep(GAP_POLL_SECONDS)
+                            for batch in _pieces(await from_log(below=chunk["seq"])):
+                                yield handed(batch)
+                            continue
+                        i += 1
+                        if accept(chunk):
+                            out.append(chunk)
+                            if resync:
+                                unconfirmed[chunk["seq"]] = chunk
+                        elif resync and chunk["seq"] in unconfirmed and not _same(unconfirmed[chunk["seq"]], chunk):
+                            # Two versions of a seq, neither logged yet as far as we know: the log decides
+                            # later, but one of them is not the log's (a dead driver's, and its taker's).
+                            for batch in _pieces(out):
+                                yield handed(batch, check=False)
+                            raise SubscriberReset(chunk["seq"] - 1)
+                        if chunk["type"] == "finish":
+                            finish = True
+                            break
+                    if finish:
+                        inbox.unget([chunks[i:], *taken[n + 1 :]])
+                        break
+                    if len(unconfirmed) >= confirm_at:
+                        # Confirm them against the log as this process read it (a read for all the run's
+                        # subscribers here starts meanwhile when it is behind); wait for one only when
+                        # far too many wait: a subscriber never stalls on the database while it keeps up.
+                        # (The oldest unconfirmed seq is the dict's first: seqs go in ascending, and
+                        # confirmations take them out in the log's order.)
+                        feed.refresh_log(last - RECENT_CHUNKS // 2)
+                        for logged in feed.kept(next(iter(unconfirmed)) - 1, last):
+                            confirm(logged)
+                        inbox.low = next(iter(unconfirmed), last + 1) - 1
+                        if len(unconfirmed) >= UNCONFIRMED_MAX:
+                            for batch in _pieces(out):
+                                yield handed(batch, check=False)
+                            out = []
+                            for batch in _pieces(await from_log(cover=last - RECENT_CHUNKS // 2)):
+                                yield handed(batch)
+                        confirm_at = max(RECENT_CHUNKS, len(unconfirmed) + RECENT_CHUNKS // 4)
+                for batch in _pieces(out):
+                    yield handed(batch, check=False)
+                if finish:
+                    patience = 0.0
                     break
     finally:
-        if receiver is not None:
-            receiver.cancel()
-        if channel:
-            with contextlib.suppress(Exception):  # the layer went away: nothing to clean
-                await layer.group_discard(group, channel)
+        await feed.leave(inbox)
 
 
 def _rested(status: str, driving: bool, until: str) -> bool:
@@ -394,6 +769,9 @@ def notify_approvals(event: FeedEvent, **fields: Any) -> None:
     if layer is None:
         return
     message = {"type": "approvals.event", "event": event, **fields}
+    # The feed's fragment, rendered once here for every reviewer's socket (docs/performance.md
+    # "Fan-out (third pass)"): the message carries it.
+    message["html"] = render_to_string(FEED_TEMPLATE, {"event": message})
 
     async def send() -> None:
         try:

@@ -16,9 +16,14 @@ What it changes in daphne (4.x, autobahn underneath):
   server's write buffer, and the final close could not be flushed within autobahn's one-second
   closing handshake, so the connection was aborted mid-stream. Here a websocket ``send`` waits while
   the connection's write buffer is full (Twisted pauses the connection as a producer above 64 KiB), so
-  a consumer feels a slow client (``ws/runs`` then closes it with 4008 once it is too far behind, see
+  a consumer feels a slow client (the kernel's send buffer is bounded, ``SEND_BUFFER_BYTES``, so that it
+  does within a few thousand chunks; ``ws/runs`` then closes it with 4008 once it is too far behind, see
   ``agentrun.core.fanout.SubscriberBehind``), and the closing handshake waits up to
   ``CLOSE_HANDSHAKE_SECONDS`` for the client to read what was sent before the close frame.
+- **Frames made once** (``agentrun.ws.frames``): a websocket's scope announces the extension, and a
+  message of that type carries whole text frames that are written to the connection as they are, so
+  a chunk is encoded and framed once per process, not once per socket; per-message compression is
+  off (it would make each socket's bytes differ).
 - **The access log** never shows a secret that travels in a URL: signed decision links, password reset
   tokens and ``?token=`` are ``[redacted]`` (``redact``).
 """
@@ -32,6 +37,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -46,6 +52,8 @@ from daphne.ws_protocol import WebSocketProtocol as DaphneWebSocketProtocol
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
+from agentrun.ws.frames import FRAMES
+
 logger = logging.getLogger("agentrun.server")
 
 GOING_AWAY = 1001
@@ -54,6 +62,8 @@ EXIT_GRACE_SECONDS = 2.0
 # How long a closing socket waits for its client to read the frames sent before the close frame
 # (autobahn's default is 1 s: a slow reader's last frames and the close itself were lost).
 CLOSE_HANDSHAKE_SECONDS = 30
+# A websocket's kernel send buffer (Linux doubles it): with Twisted's 64 KiB, about 3,000 chunks.
+SEND_BUFFER_BYTES = 128 * 1024
 TOO_LARGE_FRAME = json.dumps(
     {"type": "error", "error": {"code": "PAYLOAD_TOO_LARGE", "message": "A frame is at most 1 MiB."}}
 ).encode()
@@ -82,6 +92,10 @@ class WebSocketProtocol(DaphneWebSocketProtocol):
 
     def onOpen(self) -> None:  # noqa: N802 - autobahn's callback
         super().onOpen()
+        # A bounded kernel send buffer (autotuning can take megabytes): a client that reads slowly is
+        # felt as backpressure within a few thousand chunks, not after the whole run went into the kernel.
+        with contextlib.suppress(Exception):
+            self.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         self.flow = WriteFlow()
         # The HTTP channel that upgraded the connection was its producer until now.
         with contextlib.suppress(Exception):
@@ -94,6 +108,13 @@ class WebSocketProtocol(DaphneWebSocketProtocol):
         super().onClose(wasClean, code, reason)
 
     def handle_reply(self, message: dict) -> None:
+        if message.get("type") == FRAMES:
+            # Whole text frames, made once for every socket (agentrun.ws.frames): written as they are.
+            if self.state == self.STATE_CONNECTING:
+                self.serverAccept()
+            if self.state == self.STATE_OPEN:
+                self.transport.write(message["frames"])
+            return
         if message.get("type") == "websocket.close" and self.state != self.STATE_CONNECTING:
             self.serverClose(code=message.get("code"), reason=message.get("reason"))
         else:
@@ -219,13 +240,21 @@ class Server(DaphneServer):
     def ws_factory(self, factory: Any) -> None:
         # DaphneServer.run() makes the factory; the protocol it builds is ours.
         factory.protocol = WebSocketProtocol
-        factory.setProtocolOptions(closeHandshakeTimeout=CLOSE_HANDSHAKE_SECONDS)
+        # No per-message compression: frames made once go to every socket as they are (agentrun.ws.frames).
+        factory.setProtocolOptions(
+            closeHandshakeTimeout=CLOSE_HANDSHAKE_SECONDS, perMessageCompressionAccept=lambda offers: None
+        )
         self._ws_factory = factory
+
+    def create_application(self, protocol: Any, scope: dict) -> Any:
+        if isinstance(protocol, WebSocketProtocol):
+            scope.setdefault("extensions", {})[FRAMES] = {}
+        return super().create_application(protocol, scope)
 
     async def handle_reply(self, protocol: Any, message: dict) -> None:
         await super().handle_reply(protocol, message)
         flow = getattr(protocol, "flow", None)
-        if flow is not None and message.get("type") == "websocket.send":
+        if flow is not None and message.get("type") in ("websocket.send", FRAMES):
             await flow.ready.wait()  # backpressure: the client reads slower than we send
 
 

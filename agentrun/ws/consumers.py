@@ -20,11 +20,19 @@ from agentrun.api.bodies import decision_request, decode_frame, frame_action, st
 from agentrun.core import outages
 from agentrun.core.access import START_PERMISSION, can_decide, can_view, in_agent_scope
 from agentrun.core.errors import AgentRunError
-from agentrun.core.fanout import SubscriberBehind, SubscriberInterrupted, SubscriberReset, subscribe
+from agentrun.core.fanout import (
+    SubscriberBehind,
+    SubscriberInterrupted,
+    SubscriberReset,
+    subscribe_batches,
+    ws_frame,
+    ws_text,
+)
 from agentrun.core.models import Decision, Run
 from agentrun.engine.agents import follow, get_agent
 from agentrun.engine.runtime import db
 from agentrun.engine.service import Decider, DecisionCommand, decide
+from agentrun.ws.frames import FRAMES
 
 logger = logging.getLogger("agentrun.ws")
 
@@ -81,12 +89,12 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
     async def _forward(self, run_id: str, after: int) -> None:
         sent = after
         try:
-            # send_json waits while the client's connection is backed up (agentrun.server.web), so a
+            # A send waits while the client's connection is backed up (agentrun.server.web), so a
             # slow reader's chunks wait here, counted against AGENTRUN_WS_MAX_LAG.
-            chunks = subscribe(run_id, after, until="final", max_lag=settings.AGENTRUN_WS_MAX_LAG, resync=True)
-            async for chunk in chunks:
-                await self.send_json(chunk)
-                sent = chunk["seq"]
+            batches = subscribe_batches(run_id, after, until="final", max_lag=settings.AGENTRUN_WS_MAX_LAG, resync=True)
+            async for batch in batches:
+                await self.send_chunks(batch)
+                sent = batch[-1]["seq"]
         except SubscriberInterrupted as interrupted:
             # The database stayed away: reconnect in a few seconds after the seq named; nothing is lost.
             await self.close(code=TRY_AGAIN_LATER, reason=f"resume after={interrupted.resume_after}")
@@ -110,6 +118,16 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=SERVER_ERROR, reason=f"resume after={sent}")
             return
         await self.close(code=1000)
+
+    async def send_chunks(self, chunks: list[dict]) -> None:
+        """One frame per chunk, as ``send_json`` would; each chunk's bytes are made once per process and
+        shared by every socket, and what arrived together goes to the server in one message
+        (docs/performance.md "Fan-out (third pass)")."""
+        if FRAMES in self.scope.get("extensions", {}):
+            await self.base_send({"type": FRAMES, "frames": b"".join([ws_frame(chunk) for chunk in chunks])})
+            return
+        for chunk in chunks:
+            await self.send(text_data=ws_text(chunk))
 
     async def disconnect(self, code: int) -> None:
         if self.forwarder is not None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from agentrun.asgi import application
+from agentrun.core.fanout import RunPublisher
 from agentrun.core.models import RunChunk, ToolEffect
 from agentrun.engine.agents import get_agent
+from agentrun.engine.chunklog import ChunkLog
 from tests.helpers.asgi import ORIGIN, communicator, receive_until
 from tests.helpers.runs import EMAIL_LINE as EMAIL
 from tests.helpers.users import reviewer_token
@@ -175,3 +178,38 @@ async def test_a_client_that_disconnects_does_not_stop_the_run():
     assert run.status == Run.Status.COMPLETED
     texts = [c.payload["text"] async for c in RunChunk.objects.filter(run_id=run.id, type="text-delta").order_by("seq")]
     assert "".join(texts) == "Echo: /sleep 300\nstill here"
+
+
+async def test_subscribers_that_keep_up_get_the_same_frames_of_a_burst_and_are_not_closed_as_behind(settings):
+    """A run publishes far more chunks at once than AGENTRUN_WS_MAX_LAG (a driver sends what it made
+    while it did not yield): every subscriber that keeps up gets them all, the same frames in the same
+    order, and none is closed 4008 — only a reader slower than the run is too far behind."""
+    settings.AGENTRUN_WS_MAX_LAG = 5
+    token = await reviewer_token()
+    stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "ws-burst"})
+    last = (await stream.collect())[-1]["seq"]
+    comms = [communicator(f"/ws/runs/{stream.run_id}/?after={last}", token) for _ in range(3)]
+    for comm in comms:
+        assert (await comm.connect())[0]
+    publisher = RunPublisher(stream.run_id)
+    log = ChunkLog(stream.run_id, last + 1, [publisher])
+
+    async def publish(words: list[str]) -> None:
+        for word in words:
+            log.emit("text-delta", {"id": "msg_burst", "text": word})
+        await sync_to_async(log.flush_sync)()
+        await publisher.aclose()  # one message for all of them
+
+    await publish(["first"])
+    for comm in comms:
+        assert (await comm.receive_json_from(timeout=10))["seq"] == last + 1
+    await publish([f"w{i}" for i in range(40)])
+    frames = [[await comm.receive_output(timeout=10) for _ in range(40)] for comm in comms]
+    assert all(f["type"] == "websocket.send" for each in frames for f in each), "none closed"
+    texts = [[f["text"] for f in each] for each in frames]
+    assert texts[0] == texts[1] == texts[2], "the same frames, byte for byte, to every subscriber"
+    logged = RunChunk.objects.filter(run_id=stream.run_id, seq__gt=last + 1).order_by("seq")
+    assert [json.loads(t) for t in texts[0]] == [c.to_chunk() async for c in logged]
+    for comm in comms:
+        assert await comm.receive_nothing(timeout=0.3), "kept open: none of them is behind"
+        await comm.disconnect()

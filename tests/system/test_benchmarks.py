@@ -34,6 +34,8 @@ ROWS = [
     "approve over REST on web B → first continuation chunk",
     "chunks/s to each of 10 `ws/runs` subscribers",
     "the subscriber furthest behind",
+    "chunks/s to each of 10 `ws/runs` subscribers on one daphne",
+    "chunks/s to each of 100 `ws/runs` subscribers on one daphne",
     "decisions/s end to end (approve over REST → run completed), 2 web + 2 workers",
     "decisions/s end to end (approve over REST → run completed), 2 web + 3 workers",
     # The third pass's request floor, unpaged listing and date totals (benchmarks/queries.py).
