@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.seed import EMAIL_LINE, drop_database, ensure_database  # noqa: E402
-from benchmarks.suite import ORIGIN, Topology, approve_latency, reviewer_token, server_url  # noqa: E402
+from benchmarks.suite import ORIGIN, Topology, approve_latency, reviewer_token, server_url, topology_env  # noqa: E402
 
 
 async def held(top: Topology, token: str, runs: int) -> dict:
@@ -64,13 +64,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     token = reviewer_token()
-    env = dict(
-        os.environ,
-        REDIS_URL=redis,
-        AGENTRUN_TASK_BACKEND="django_tasks_db.DatabaseBackend",
-        PYTHONPATH=str(ROOT),
-        PYTHONUNBUFFERED="1",
-    )
+    env = topology_env(redis)
     with tempfile.TemporaryDirectory() as logs, Topology(env, Path(logs)) as top:
         try:
             figures = asyncio.run(held(top, token, args.runs) if args.held else approve_latency(top, token, args.runs))

@@ -224,7 +224,7 @@ def main() -> None:
     import tempfile
 
     from benchmarks import suite
-    from benchmarks.seed import database_name, ensure_database, seed, seeded
+    from benchmarks.seed import database_name, ensure_database
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_N", suite.REFERENCE_N)))
@@ -237,21 +237,7 @@ def main() -> None:
     name = database_name(prefix, args.n)
     load = {"cpus": os.cpu_count(), "before": suite.loadavg()}
     ensure_database(suite.server_url(pg, "postgres"), name)
-    os.environ |= {"DATABASE_URL": suite.server_url(pg, name), "AGENTRUN_EMBEDDED_SWEEPER": "0", "SECRET_KEY": "bench"}
-    os.environ.pop("REDIS_URL", None)
-    os.environ.pop("AGENTRUN_TASK_BACKEND", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentrun.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    if not seeded(args.n):
-        print(f"seeding {args.n:,} suspended runs into {name}", file=sys.stderr)
-        call_command("flush", interactive=False, verbosity=0)
-        seed(args.n, report=lambda line: print(line, file=sys.stderr))
-    token = suite.reviewer_token()
+    token = suite.open_seeded(pg, name, args.n)
     figures = in_process(args.n, token, args.repeat)
     if not args.no_servers:
         env = dict(os.environ, REDIS_URL=redis, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")

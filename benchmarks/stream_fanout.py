@@ -287,16 +287,10 @@ def standalone(counts: list[int], words: int) -> None:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks.suite import Topology
+    from benchmarks.suite import Topology, topology_env
 
     call_command("migrate", verbosity=0)
-    env = dict(
-        os.environ,
-        REDIS_URL=redis,
-        AGENTRUN_TASK_BACKEND="django_tasks_db.DatabaseBackend",
-        PYTHONPATH=str(ROOT),
-        PYTHONUNBUFFERED="1",
-    )
+    env = topology_env(redis)
     try:
         with tempfile.TemporaryDirectory() as logs, Topology(env, Path(os.environ.get("BENCH_LOGS") or logs)) as top:
             for count in counts:

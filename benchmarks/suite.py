@@ -506,6 +506,37 @@ def loadavg() -> str:
 
 
 # --- main ----------------------------------------------------------------------------------------
+def open_seeded(pg: str, name: str, n: int) -> str:
+    """This process on the seeded database ``name`` (seeded with ``n`` runs once, migrated every time):
+    Django with the in-memory layer and in-process tasks (the template run). The reviewer's token."""
+    os.environ |= {"DATABASE_URL": server_url(pg, name), "AGENTRUN_EMBEDDED_SWEEPER": "0", "SECRET_KEY": "bench"}
+    os.environ.pop("REDIS_URL", None)
+    os.environ.pop("AGENTRUN_TASK_BACKEND", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentrun.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    if not seeded(n):
+        print(f"seeding {n:,} suspended runs into {name} (once; reruns reuse it)", file=sys.stderr)
+        call_command("flush", interactive=False, verbosity=0)  # a seed that was interrupted
+        seed(n, report=lambda line: print(line, file=sys.stderr))
+    return reviewer_token()
+
+
+def topology_env(redis: str) -> dict[str, str]:
+    """The environment of the servers and the worker: Redis channel layer, tasks in the database."""
+    return dict(
+        os.environ,
+        REDIS_URL=redis,
+        AGENTRUN_TASK_BACKEND="django_tasks_db.DatabaseBackend",
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_N", REFERENCE_N)))
@@ -537,36 +568,16 @@ def main() -> None:
     name = database_name(config["prefix"], args.n)
     ensure_database(config["admin"], name)
 
-    # This process: Django on the seeded database, in-memory layer, in-process tasks (the template run).
-    os.environ |= {"DATABASE_URL": server_url(pg, name), "AGENTRUN_EMBEDDED_SWEEPER": "0", "SECRET_KEY": "bench"}
-    os.environ.pop("REDIS_URL", None)
-    os.environ.pop("AGENTRUN_TASK_BACKEND", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentrun.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    token = open_seeded(pg, name, args.n)
     from django.db import connection
 
-    call_command("migrate", verbosity=0)
-    if not seeded(args.n):
-        print(f"seeding {args.n:,} suspended runs into {name} (once; reruns reuse it)", file=sys.stderr)
-        call_command("flush", interactive=False, verbosity=0)  # a seed that was interrupted
-        seed(args.n, report=lambda line: print(line, file=sys.stderr))
-    token = reviewer_token()
     figures: dict = {"n": args.n, "pg_version": connection.pg_version // 10000}
     figures |= python_listing(args.repeat)
     figures |= operations.metrics_page(args.n, args.repeat, spread)
     figures |= operations.prune(args.repeat, spread)
     figures |= operations.inbox_first_page(args.repeat, spread, "bench-reviewer")
     figures |= queries.in_process(args.n, token, args.repeat)  # request floor, unpaged, date totals
-    env = dict(
-        os.environ,
-        REDIS_URL=redis,
-        AGENTRUN_TASK_BACKEND="django_tasks_db.DatabaseBackend",
-        PYTHONPATH=str(ROOT),
-        PYTHONUNBUFFERED="1",
-    )
+    env = topology_env(redis)
     with tempfile.TemporaryDirectory() as logs, Topology(env, Path(logs)) as top:
         try:
             figures |= rest_listing(top, token, args.repeat)
