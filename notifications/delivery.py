@@ -287,19 +287,32 @@ class Notifier:
     def __init__(self) -> None:
         self._view: tuple[list[WebhookEndpoint], bool, list[SlackDestination]] | None = None
         self._read_at = 0.0
+        self._generation = 0  # how many changes were signalled: a view read across one is not kept
 
     def invalidate(self, **_: Any) -> None:
+        """A change in this process: read the view again now, and once more when it commits (a view read
+        in another thread before the commit would not show it)."""
+        self._forget()
+        transaction.on_commit(self._forget)
+
+    def _forget(self) -> None:
+        self._generation += 1
         self._view = None
 
     def _current(self) -> tuple[list[WebhookEndpoint], bool, list[SlackDestination]]:
         view = self._view
         if view is None or time.monotonic() - self._read_at > settings.AGENTRUN_EVENTS_REFRESH_SECONDS:
-            view = (
-                list(WebhookEndpoint.objects.filter(active=True)),
-                emails.email_possible(),
-                list(SlackDestination.objects.filter(active=True)),
-            )
-            self._view, self._read_at = view, time.monotonic()
+            for _attempt in range(3):  # a change signalled while reading: read again (it may not show yet)
+                generation = self._generation
+                view = (
+                    list(WebhookEndpoint.objects.filter(active=True)),
+                    emails.email_possible(),
+                    list(SlackDestination.objects.filter(active=True)),
+                )
+                if generation == self._generation:
+                    self._view, self._read_at = view, time.monotonic()
+                    break
+        assert view is not None
         return view
 
     def wants(self, type_: str, agent_id: str) -> bool:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.contrib.auth.models import Group
 from django.core import mail
@@ -150,3 +152,29 @@ def test_a_routing_rule_emails_its_group_first_and_the_others_only_if_the_call_s
     EmailNotice.objects.filter(pk=later.pk).update(next_attempt_at=timezone.now())
     delivery.send_notice.call(later.pk)
     assert mail.outbox == []
+
+
+def test_a_view_of_who_gets_email_read_across_a_change_is_not_kept(monkeypatch):
+    # The events listener keeps a view of who subscribes; one read while a person with an address was
+    # added (in another thread, before the signal) must not be kept, or nobody is emailed until the
+    # view is read again (AGENTRUN_EVENTS_REFRESH_SECONDS).
+    read, go_on = threading.Event(), threading.Event()
+    email_possible = delivery.emails.email_possible
+
+    def slow() -> bool:
+        found = email_possible()
+        read.set()
+        go_on.wait(5)
+        return found
+
+    monkeypatch.setattr(delivery.emails, "email_possible", slow)
+    reader = threading.Thread(target=delivery.notifier.wants, args=("run.suspended", "support-agent"))
+    reader.start()
+    assert read.wait(5)
+    monkeypatch.setattr(delivery.emails, "email_possible", email_possible)
+    make_user("late", email="late@example.com")
+    go_on.set()
+    reader.join(5)
+    assert delivery.notifier.wants("run.suspended", "support-agent")
+    email_run(thread="t-late")
+    assert [m.to for m in sent_emails(1)] == [["late@example.com"]]
