@@ -293,7 +293,8 @@ class Notifier:
         """A change in this process: read the view again now, and once more when it commits (a view read
         in another thread before the commit would not show it)."""
         self._forget()
-        transaction.on_commit(self._forget)
+        if transaction.get_connection().in_atomic_block:  # (outside one, the change is committed already)
+            transaction.on_commit(self._forget)
 
     def _forget(self) -> None:
         self._generation += 1
