@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, Run, SuspendedToolCall, ToolEffect, args_fingerprint
 from tests.helpers.browser import DESKTOP, EMAIL, PHONE, call_card, screenshot, start_run, unique, wait_live
+from tests.helpers.runs import wait_until_final
 
 pytestmark = pytest.mark.e2e
 
@@ -29,17 +30,6 @@ def odd_thread(prefix: str) -> str:
 
 def thread_url(thread: str) -> str:
     return reverse("approvals:thread", args=[thread])
-
-
-def wait_final(run_id: str, timeout: float = 10.0) -> Run:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        run = Run.objects.get(pk=run_id)
-        if run.is_final or time.monotonic() > deadline:
-            return run
-        time.sleep(0.05)
 
 
 # --- 1. editing is a mode; every decision is bound to the arguments shown ------------------------------
@@ -80,7 +70,7 @@ def test_editing_is_an_explicit_mode_and_edit_and_approve_runs_the_edit(login, s
     expect(page.locator(f'[data-decided-call-id="{call_id}"]')).to_contain_text("Approved")
     decision = Decision.objects.get(run_id=run_id)
     assert decision.args == EMAIL and decision.edited_args == dict(EMAIL, to="bob@example.com")
-    assert wait_final(run_id).status == "completed"
+    assert wait_until_final(run_id).status == "completed"
     assert ToolEffect.objects.get(run_id=run_id).payload["to"] == "bob@example.com"
 
 
@@ -127,7 +117,7 @@ def test_a_sub_agent_call_is_one_card_and_one_decision(login):
     card.get_by_role("button", name="Approve", exact=True).click()
     card.get_by_role("button", name="Yes, approve billing-agent → refund").click()
     expect(page.locator(f'[data-decided-call-id="{outer.tool_call_id}"]')).to_contain_text("Approved")
-    assert wait_final(run_id).status == "completed"
+    assert wait_until_final(run_id).status == "completed"
     assert Decision.objects.filter(thread_id=thread).count() == 1  # one click, one record
     inner_runs = list(Run.objects.filter(parent_run_id=run_id).values_list("id", flat=True))
     assert ToolEffect.objects.filter(tool_name="refund", run_id__in=inner_runs).count() == 1
@@ -171,7 +161,7 @@ def test_one_click_on_approve_of_a_high_risk_call_decides_nothing(login, suspend
     # The medium-risk call takes one click.
     call_card(page, email_call).get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator(f'[data-decided-call-id="{email_call}"]')).to_contain_text("Approved")
-    assert wait_final(run_id).status == "completed" and wait_final(email_run).status == "completed"
+    assert wait_until_final(run_id).status == "completed" and wait_until_final(email_run).status == "completed"
 
 
 # --- 4 (defect). Resume forms and editors speak to the person -----------------------------------------
@@ -300,7 +290,7 @@ def test_approve_all_lists_the_calls_once_then_decides_exactly_those(login, susp
     decisions = Decision.objects.filter(thread_id=thread)
     assert sorted(d.kind for d in decisions) == ["approve"] * 3 and {d.via for d in decisions} == {"dashboard"}
     for run_id in (email_run, delete_run, sub_run):
-        assert wait_final(run_id).status == "completed"
+        assert wait_until_final(run_id).status == "completed"
     assert ToolEffect.objects.get(run_id=email_run).payload["to"] == "eve@example.com"
 
 
@@ -321,7 +311,7 @@ def test_decline_all_with_a_reason(login, suspend):
     for run_id in runs:
         decision = Decision.objects.get(run_id=run_id)
         assert (decision.kind, decision.reason) == ("decline", "duplicate request")
-        assert wait_final(run_id).status == "completed"
+        assert wait_until_final(run_id).status == "completed"
 
 
 # --- keyboard: j/k move, a/d decide the focused card (high risk still confirms), ? shows the keys -------

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from agentrun.core.models import Decision, Run, ToolEffect
+from agentrun.core.models import Decision, ToolEffect
 from notifications.delivery import notifier
 from tests.helpers.browser import E2E_DIR, screenshot
+from tests.helpers.runs import wait_until_final
 from tests.helpers.waiting import wait_for_tasks
 
 pytestmark = pytest.mark.e2e
@@ -69,14 +70,6 @@ def wait_for_email(mailbox: Path, needle: str, timeout: float = 15) -> EmailMess
     raise AssertionError(f"no email mentioning {needle!r}")
 
 
-def wait_final(run_id: str, timeout: float = 15) -> Run:
-    deadline = time.monotonic() + timeout
-    while not (run := Run.objects.get(pk=run_id)).is_final:
-        assert time.monotonic() < deadline, f"run {run_id} is still {run.status}"
-        time.sleep(0.1)
-    return run
-
-
 def test_an_emailed_link_approves_in_a_real_browser(chromium, live_server_url, mailbox, erin, suspend):
     thread = f"t-mail-{uuid.uuid4().hex[:8]}"
     run_id, call_id = suspend("send-email", EMAIL, thread=thread)
@@ -99,7 +92,7 @@ def test_an_emailed_link_approves_in_a_real_browser(chromium, live_server_url, m
 
     page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.get_by_role("status")).to_contain_text("Approved send-email as erin")
-    assert wait_final(run_id).status == "completed"
+    assert wait_until_final(run_id, timeout=15).status == "completed"
     decision = Decision.objects.get(run_id=run_id)
     assert (decision.kind, decision.via, decision.decided_by_username) == ("approve", "link", "erin")
     assert ToolEffect.objects.filter(run_id=run_id).count() == 1

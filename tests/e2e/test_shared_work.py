@@ -11,8 +11,9 @@ import pytest
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from agentrun.core.models import Decision, Run, RunStep, SuspendedToolCall
+from agentrun.core.models import Decision, RunStep, SuspendedToolCall
 from tests.helpers.browser import DESKTOP, EMAIL, PHONE, call_card, screenshot, start_run, unique, wait_live
+from tests.helpers.runs import wait_until_final
 
 pytestmark = pytest.mark.e2e
 
@@ -23,17 +24,6 @@ def thread_url(thread: str) -> str:
 
 def open_call(run_id: str) -> SuspendedToolCall:
     return SuspendedToolCall.objects.get(run_id=run_id, status="open")
-
-
-def wait_final(run_id: str, timeout: float = 10.0) -> Run:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        run = Run.objects.get(pk=run_id)
-        if run.is_final or time.monotonic() > deadline:
-            return run
-        time.sleep(0.05)
 
 
 def test_a_claim_appears_on_a_second_reviewers_page_within_2_s_and_never_blocks_her(login, suspend):
@@ -139,7 +129,7 @@ def test_a_question_can_be_declined_with_a_reason_and_the_agent_is_told(login, s
     expect(done.get_by_test_id("outcome")).to_contain_text("chose not to answer", timeout=10_000)
     decision = Decision.objects.get(run_id=run_id)
     assert (decision.kind, decision.reason) == ("decline", "we do not ask customers that")
-    assert wait_final(run_id).status == "completed"
+    assert wait_until_final(run_id).status == "completed"
     outputs = json.dumps(list(RunStep.objects.filter(run_id=run_id).values_list("step_details", flat=True)))
     assert "Declined: the user chose not to answer this question: we do not ask customers that" in outputs
 
