@@ -69,10 +69,10 @@ def in_process(n: int, token: str, repeat: int) -> dict:
     unpaged_from = unpaged_bound(n)
 
     def unpaged() -> int:
-        """What the server does for an unpaged answer (``StreamedListing``), in this thread: the first
-        batch as runs, then each batch as its items' JSON."""
+        """What the server does for an unpaged answer (``listing_response``, ``StreamedListing``), in this
+        thread: each batch as its items' JSON."""
         stream = stream_suspended_runs(agent_id="support-agent", from_date=unpaged_from)
-        size = len(_items(stream.next_batch()))
+        size = 0
         while not stream.done:
             encoded, _ = stream.next_encoded(_items)
             size += len(encoded)

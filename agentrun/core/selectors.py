@@ -254,6 +254,55 @@ def list_suspended_runs(
     ``agent_ids`` instead of ``agent_id``: the runs of all those agents, in the same order, with the same
     filters, paging and total (``GET /api/suspended-runs``, docs/api.md#across-agents); the caller names
     the agents the reader may see."""
+    ordered, total = _listed(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
+    rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS))
+    return SuspendedRunsPage(runs=_with_open_calls(rows, with_claims=with_claims), total=total)
+
+
+def encoded_suspended_runs(
+    render: Callable[[list[SuspendedRun]], bytes],
+    *,
+    agent_id: str | None = None,
+    agent_ids: Collection[str] | None = None,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    from_date: datetime | str | None = None,
+    to_date: datetime | str | None = None,
+    per_page: int | str | None = None,
+    page: int | str | None = None,
+) -> bytes:
+    """``list_suspended_runs(...).to_dict()`` (without claims) as the JSON the REST answer sends:
+    ``{"runs":[…],"total":N}``, the items comma-separated by ``render`` (the caller's JSON renderer).
+
+    On PostgreSQL each item comes as JSON built in SQL by the page's own query (``_ITEM_JSON``, as the
+    unpaged stream's): two queries (the total, the page with its items) instead of three, and no Python
+    per run but for the runs SQL leaves out (docs/performance.md, "Fourth pass"). Elsewhere:
+    ``list_suspended_runs``'s runs, rendered."""
+    ordered, total = _listed(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
+    if connection.vendor != "postgresql":
+        items = render(_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS))))
+    else:
+        rows = list(ordered.annotate(item=RawSQL(_ITEM_JSON, [])).values_list("run_id", "item"))
+        encoded = [b"" if item is None else item.encode() for _, item in rows]
+        left = [i for i, (_, item) in enumerate(rows) if item is None]
+        if left:
+            for i, run in zip(left, _with_open_calls(_snapshot_rows([rows[i][0] for i in left])), strict=True):
+                encoded[i] = render([run])
+        items = b",".join(encoded)
+    return b'{"runs":[%s],"total":%d}' % (items, total)
+
+
+def _listed(
+    agent_id: str | None,
+    agent_ids: Collection[str] | None,
+    thread_id: str | None,
+    resource_id: str | None,
+    from_date: datetime | str | None,
+    to_date: datetime | str | None,
+    per_page: int | str | None,
+    page: int | str | None,
+) -> tuple[QuerySet[Snapshot], int]:
+    """The listing's snapshots in order (the page, when paged), unread, and its total (read)."""
     agents = _agent_set(agent_id, agent_ids)
     per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
     page = _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
@@ -269,8 +318,7 @@ def list_suspended_runs(
     ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
     if per_page is not None and page is not None:
         ordered = ordered[page * per_page : (page + 1) * per_page]
-    rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS))
-    return SuspendedRunsPage(runs=_with_open_calls(rows, with_claims=with_claims), total=total)
+    return ordered, total
 
 
 def _open_total(
