@@ -55,6 +55,8 @@ class OneHopASGIHandler(ASGIHandler):
     joined by yet another thread after it: two thread starts per request, a few milliseconds on two
     busy cores. A request that the client leaves while its view runs waits for the view to finish, then
     closes what it answered, so that a thread is lent again only with nothing of a request left on it.
+    Only a streamed answer is sent while watching for the client leaving: an answer in memory is sent
+    at once (the view's thread was not cancellable anyway).
     """
 
     def __init__(self) -> None:
@@ -112,14 +114,20 @@ class OneHopASGIHandler(ASGIHandler):
                 response.close()
                 return response, True
 
-            response, closed, serving = None, False, None
+            # The view runs to its end on its thread whatever the client does (a thread cannot be
+            # cancelled), so nothing watches for the client leaving meanwhile.
+            response, closed = await sync_to_async(serve, thread_sensitive=True)()
+            if closed:
+                # A body in memory, closed already (request_finished sent): sent as it is. To a client
+                # that left, the server sends nothing.
+                await self.send_response(response, send)
+                return
+            # A stream: sent while watching for the client leaving, then closed (its cursor and its
+            # transaction end) on the request's thread, before the thread serves anyone else.
             try:
                 try:
                     async with asyncio.TaskGroup() as tg:
                         tg.create_task(self.listen_for_disconnect(receive))
-                        serving = asyncio.ensure_future(sync_to_async(serve, thread_sensitive=True)())
-                        # Shielded: a client leaving does not cancel the view's thread anyway (below).
-                        response, closed = await asyncio.shield(serving)
                         await self.send_response(response, send)
                         raise RequestProcessed
                 except* (RequestProcessed, RequestAborted):
@@ -128,13 +136,7 @@ class OneHopASGIHandler(ASGIHandler):
                 if len(group.exceptions) == 1:
                     raise group.exceptions[0] from None
                 raise
-            if response is None and serving is not None:
-                # The client left while the view ran: its answer is closed all the same (a stream's
-                # cursor and transaction end), on its thread, before the thread serves anyone else.
-                response, closed = await serving
-            if response is None:
-                await signals.request_finished.asend(sender=self.__class__)
-            elif not closed:
+            finally:
                 await sync_to_async(response.close)()
 
 
