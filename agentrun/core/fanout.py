@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -307,17 +307,22 @@ class _Batch(list):
 
 
 class _Inbox:
-    """One subscriber's live chunks, in the batches they arrived in (shared lists: never mutated)."""
+    """One subscriber's live chunks, in the batches they arrived in (shared lists: never mutated), and
+    how many of them are its client's lag (``blamed``)."""
 
-    __slots__ = ("batches", "excused", "low", "newest", "ready", "waiting")
+    __slots__ = ("batches", "client_full", "excused", "low", "newest", "ready", "sending")
 
-    def __init__(self, after: int) -> None:
+    def __init__(self, after: int, client_full: Callable[[], bool] | None = None) -> None:
         self.batches: deque[list[WireChunk]] = deque()  # _Batch, or what a subscriber put back
         self.newest = after  # the highest seq published since it joined
-        # The highest seq that arrived while its subscriber waited for chunks: those do not make it
-        # late, however many came at once (a driver publishes what it made while it did not yield).
+        # Lag is the client's only: chunks count against a subscriber when they arrive while its
+        # consumer is sending what it was handed (``sending``) and its client does not read
+        # (``client_full``: the connection's send queue is full; unknown: the send's own wait says so).
+        # Any other arrival excuses everything up to it: the subscriber waited for chunks or for the
+        # database, or its process was busy for everyone (docs/performance.md "Fan-out (third pass)").
         self.excused = after
-        self.waiting = False
+        self.sending = False
+        self.client_full = client_full
         self.low = after  # the subscriber may read the log after this seq (to confirm, or to catch up)
         self.ready = asyncio.Event()
 
@@ -325,21 +330,22 @@ class _Inbox:
         self.batches.append(batch)
         if batch.top > self.newest:
             self.newest = batch.top
-        if self.waiting:
+        if not self.sending or (self.client_full is not None and not self.client_full()):
             self.excused = self.newest
         self.ready.set()
 
+    def blamed(self, given: int) -> int:
+        """Chunks after ``given`` that came while its client did not read."""
+        return self.newest - max(given, self.excused)
+
     def take(self, limit: int) -> list[list[WireChunk]]:
-        """Whole batches, about ``limit`` chunks at most; those left are not excused any more: a client
-        that is slow to read a burst falls behind on what it could not take."""
+        """Whole batches, about ``limit`` chunks at most (a long backlog goes out in pieces)."""
         batches: list[list[WireChunk]] = []
         count = 0
         while self.batches and (not batches or count + len(self.batches[0]) <= limit):
             batches.append(self.batches.popleft())
             count += len(batches[-1])
-        if self.batches:
-            self.excused = min(self.excused, max(c["seq"] for c in batches[-1]))
-        else:
+        if not self.batches:
             self.ready.clear()
         return batches
 
@@ -527,6 +533,7 @@ async def subscribe_batches(
     after_a_finish: bool = False,
     max_lag: int | None = None,
     resync: bool = False,
+    client_full: Callable[[], bool] | None = None,
 ) -> AsyncGenerator[list[WireChunk]]:
     """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones, in batches (what arrived
     together), shared with the process's other subscribers of the run: read them, never change them.
@@ -534,29 +541,37 @@ async def subscribe_batches(
     ``until="final"`` ends once the run is final (websockets); ``until="rest"`` ends once it is
     suspended or final and nobody drives it (SSE ``GET /api/runs/{id}/stream``). ``after_a_finish``:
     not before a ``finish`` went by (a segment queued for a worker has not started yet).
-    ``max_lag``: raise ``SubscriberBehind`` when the run has published more than that many chunks
-    the consumer has not taken yet (it reads slower than the run produces).
+    ``max_lag``: raise ``SubscriberBehind`` when more than that many chunks the consumer has not
+    taken yet came while it was sending what it was given and its client did not read
+    (``client_full()``: the client's connection does not accept more; without it, every chunk that
+    came while the consumer's send waited counts). Chunks that came while the subscriber waited for
+    them or for the database, or while its process was busy for everyone, never count.
     ``resync``: raise ``SubscriberReset`` when the log holds other chunks than this subscriber gave
     (chunks of a dead driver that never reached the log, re-used by its taker), or when its client,
     resuming ``after``, may hold such chunks; without it those seqs are skipped as seen.
     """
+    inbox = _Inbox(after, client_full)
+    subscription = _subscription(inbox, run_id, after, until, after_a_finish, max_lag, resync)
+    async with contextlib.aclosing(subscription) as batches:
+        async for batch in batches:
+            # From here until the consumer asks for more, it is sending: chunks that arrive meanwhile
+            # count against it while its client does not read (_Inbox.put).
+            inbox.sending = True
+            try:
+                yield batch
+            finally:
+                inbox.sending = False
+
+
+async def _subscription(
+    inbox: _Inbox, run_id: str, after: int, until: str, after_a_finish: bool, max_lag: int | None, resync: bool
+) -> AsyncGenerator[list[WireChunk]]:
     feed = _feed(run_id)
-    inbox = _Inbox(after)
     feed.inboxes.add(inbox)  # before the join completes: nothing published after it is missed
 
     def poll_seconds() -> float:
         # Live chunks end each wait at once; without them (the layer is down), the log is read often.
         return 1.0 if feed.live and not outages.channel_layer.down else LOG_POLL_SECONDS
-
-    @contextlib.contextmanager
-    def serving() -> Iterator[None]:
-        """The server's own waits (the database, a gap to fill): chunks that arrive meanwhile do not
-        count against the client (``check_lag``), only its own slowness does."""
-        was, inbox.waiting = inbox.waiting, True
-        try:
-            yield
-        finally:
-            inbox.waiting = was
 
     async def from_db(read: Any, *args: Any) -> Any:
         """``read(*args)`` in a thread; while the database does not answer, tried again for
@@ -588,9 +603,9 @@ async def subscribe_batches(
 
     def check_lag() -> None:
         # Chunks the run produced that our consumer has not taken yet (duplicates of the replay do
-        # not count), but for those that came while it waited for them: past max_lag it reads too
-        # slowly to be kept up to date live.
-        if max_lag is not None and inbox.newest - max(given, inbox.excused) > max_lag:
+        # not count), that came while its client did not read: past max_lag it reads too slowly to
+        # be kept up to date live.
+        if max_lag is not None and inbox.blamed(given) > max_lag:
             raise SubscriberBehind(given)
 
     def handed(batch: list[WireChunk], check: bool = True) -> list[WireChunk]:
@@ -625,8 +640,7 @@ async def subscribe_batches(
         start = min(last, claimed[0] if claimed else last, min(unconfirmed, default=last + 1) - 1)
         inbox.low = start
         taken = []
-        with serving():
-            logged = await feed.log_after(start, from_db, cover, max_age)
+        logged = await feed.log_after(start, from_db, cover, max_age)
         for c in logged:
             if below is not None and c["seq"] >= below:
                 break
@@ -653,8 +667,7 @@ async def subscribe_batches(
         while True:
             for batch in _pieces(await from_log(max_age=patience)):
                 yield handed(batch)
-            with serving():
-                status, driving = await feed.run_state(from_db, patience)
+            status, driving = await feed.run_state(from_db, patience)
             if status is None:
                 return
             # A final run produces nothing more; a suspended one may still have a queued segment to run.
@@ -673,17 +686,13 @@ async def subscribe_batches(
             # and the log) or a while without any (re-check them too).
             while True:
                 if not inbox.batches:
-                    inbox.waiting = True
                     try:
                         await asyncio.wait_for(inbox.ready.wait(), timeout=poll_seconds())
                     except TimeoutError:
                         patience = poll_seconds()
                         break
-                    finally:
-                        inbox.waiting = False
                 taken = inbox.take(max_lag or UNCONFIRMED_MAX)
-                # Too far behind? Counted once per take: what arrived while it waited is excused.
-                check_lag()
+                check_lag()  # too far behind? Counted once per take
                 out: list[WireChunk] = []
                 finish = False
                 for n, chunks in enumerate(taken):
@@ -703,8 +712,7 @@ async def subscribe_batches(
                             for batch in _pieces(out):
                                 yield handed(batch, check=False)
                             out = []
-                            with serving():
-                                await asyncio.sleep(GAP_POLL_SECONDS)
+                            await asyncio.sleep(GAP_POLL_SECONDS)
                             for batch in _pieces(await from_log(below=chunk["seq"])):
                                 yield handed(batch)
                             continue

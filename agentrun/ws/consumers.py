@@ -32,7 +32,7 @@ from agentrun.core.models import Decision, Run
 from agentrun.engine.agents import follow, get_agent
 from agentrun.engine.runtime import db
 from agentrun.engine.service import Decider, DecisionCommand, decide
-from agentrun.ws.frames import FRAMES
+from agentrun.ws.frames import CLIENT_FULL, FRAMES
 
 logger = logging.getLogger("agentrun.ws")
 
@@ -89,9 +89,17 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
     async def _forward(self, run_id: str, after: int) -> None:
         sent = after
         try:
-            # A send waits while the client's connection is backed up (agentrun.server.web), so a
-            # slow reader's chunks wait here, counted against AGENTRUN_WS_MAX_LAG.
-            batches = subscribe_batches(run_id, after, until="final", max_lag=settings.AGENTRUN_WS_MAX_LAG, resync=True)
+            # A send waits while the client's connection is backed up (agentrun.server.web); chunks that
+            # come meanwhile count against AGENTRUN_WS_MAX_LAG while the client does not read what it
+            # was sent (the server says so: agentrun.ws.frames), not while this process is just busy.
+            batches = subscribe_batches(
+                run_id,
+                after,
+                until="final",
+                max_lag=settings.AGENTRUN_WS_MAX_LAG,
+                resync=True,
+                client_full=self.scope.get("extensions", {}).get(FRAMES, {}).get(CLIENT_FULL),
+            )
             async for batch in batches:
                 await self.send_chunks(batch)
                 sent = batch[-1]["seq"]
