@@ -280,6 +280,10 @@ def _run_state(run_id: str) -> tuple[str | None, bool]:
 FINAL = {"completed", "failed", "cancelled", "expired"}
 
 
+# A subscriber's client that has not kept up for this long (its connection stayed full) while more than
+# max_lag chunks wait for it is behind (``SubscriberBehind``). A client that reads gets over a burst
+# within it: the benchmark's 100 clients, one Python process, take up to ~0.5 s to read theirs.
+CLIENT_STALL_SECONDS = 2.0
 # At most this many chunks are handed to a consumer at once (a long replay goes out in pieces).
 HANDED_AT_ONCE = 500
 # How many of a run's logged chunks a process keeps for its subscribers' re-reads of the log: at
@@ -308,21 +312,21 @@ class _Batch(list):
 
 class _Inbox:
     """One subscriber's live chunks, in the batches they arrived in (shared lists: never mutated), and
-    how many of them are its client's lag (``blamed``)."""
+    whether it is behind (``behind``: its client's lag, never its process's)."""
 
-    __slots__ = ("batches", "client_full", "excused", "low", "newest", "ready", "sending")
+    __slots__ = ("batches", "client_full", "excused", "full_since", "low", "newest", "ready", "sending")
 
     def __init__(self, after: int, client_full: Callable[[], bool] | None = None) -> None:
         self.batches: deque[list[WireChunk]] = deque()  # _Batch, or what a subscriber put back
         self.newest = after  # the highest seq published since it joined
-        # Lag is the client's only: chunks count against a subscriber when they arrive while its
-        # consumer is sending what it was handed (``sending``) and its client does not read
-        # (``client_full``: the connection's send queue is full; unknown: the send's own wait says so).
-        # Any other arrival excuses everything up to it: the subscriber waited for chunks or for the
-        # database, or its process was busy for everyone (docs/performance.md "Fan-out (third pass)").
-        self.excused = after
-        self.sending = False
+        self.sending = False  # its consumer is sending what it was handed
+        # Whether its client reads (the server says so, agentrun.ws.frames): its connection is full
+        # when the client has not taken what it was sent. Full at every look since ``full_since``.
         self.client_full = client_full
+        self.full_since: float | None = None
+        # Without client_full: chunks count against it when they arrive while its consumer's send
+        # waits; any other arrival excuses everything up to it (``excused``).
+        self.excused = after
         self.low = after  # the subscriber may read the log after this seq (to confirm, or to catch up)
         self.ready = asyncio.Event()
 
@@ -330,13 +334,31 @@ class _Inbox:
         self.batches.append(batch)
         if batch.top > self.newest:
             self.newest = batch.top
-        if not self.sending or (self.client_full is not None and not self.client_full()):
-            self.excused = self.newest
+        if self.client_full is None:
+            if not self.sending:
+                self.excused = self.newest
+        elif self.sending:
+            self.stalled()  # a look while it waits on its client
         self.ready.set()
 
-    def blamed(self, given: int) -> int:
-        """Chunks after ``given`` that came while its client did not read."""
-        return self.newest - max(given, self.excused)
+    def stalled(self) -> bool:
+        """Its client has not kept up for CLIENT_STALL_SECONDS: its connection was full at every look."""
+        assert self.client_full is not None
+        if not self.client_full():
+            self.full_since = None
+            return False
+        now = time.monotonic()
+        if self.full_since is None:
+            self.full_since = now
+        return now - self.full_since >= CLIENT_STALL_SECONDS
+
+    def behind(self, given: int, max_lag: int) -> bool:
+        """More than ``max_lag`` chunks after ``given`` wait for it because of its client: its client has
+        stalled (not because this process was busy for everyone: then the client took all it was sent),
+        or, unknown that, they came while its consumer's send waited."""
+        if self.client_full is None:
+            return self.newest - max(given, self.excused) > max_lag
+        return self.newest - given > max_lag and self.stalled()
 
     def take(self, limit: int) -> list[list[WireChunk]]:
         """Whole batches, about ``limit`` chunks at most (a long backlog goes out in pieces)."""
@@ -541,11 +563,11 @@ async def subscribe_batches(
     ``until="final"`` ends once the run is final (websockets); ``until="rest"`` ends once it is
     suspended or final and nobody drives it (SSE ``GET /api/runs/{id}/stream``). ``after_a_finish``:
     not before a ``finish`` went by (a segment queued for a worker has not started yet).
-    ``max_lag``: raise ``SubscriberBehind`` when more than that many chunks the consumer has not
-    taken yet came while it was sending what it was given and its client did not read
-    (``client_full()``: the client's connection does not accept more; without it, every chunk that
-    came while the consumer's send waited counts). Chunks that came while the subscriber waited for
-    them or for the database, or while its process was busy for everyone, never count.
+    ``max_lag``: raise ``SubscriberBehind`` when more than that many chunks wait for the consumer
+    because of its client: ``client_full()`` (the client's connection holds what it was sent and did
+    not take) said so at every look for CLIENT_STALL_SECONDS; without it, they came while the
+    consumer's send waited. A process busy for everyone makes every backlog grow while the clients
+    take all they were sent: that never counts (docs/performance.md "Fan-out (third pass)").
     ``resync``: raise ``SubscriberReset`` when the log holds other chunks than this subscriber gave
     (chunks of a dead driver that never reached the log, re-used by its taker), or when its client,
     resuming ``after``, may hold such chunks; without it those seqs are skipped as seen.
@@ -603,9 +625,9 @@ async def _subscription(
 
     def check_lag() -> None:
         # Chunks the run produced that our consumer has not taken yet (duplicates of the replay do
-        # not count), that came while its client did not read: past max_lag it reads too slowly to
-        # be kept up to date live.
-        if max_lag is not None and inbox.blamed(given) > max_lag:
+        # not count), past max_lag because its client does not keep up: it reads too slowly to be
+        # kept up to date live.
+        if max_lag is not None and inbox.behind(given, max_lag):
             raise SubscriberBehind(given)
 
     def handed(batch: list[WireChunk], check: bool = True) -> list[WireChunk]:

@@ -89,9 +89,9 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
     async def _forward(self, run_id: str, after: int) -> None:
         sent = after
         try:
-            # A send waits while the client's connection is backed up (agentrun.server.web); chunks that
-            # come meanwhile count against AGENTRUN_WS_MAX_LAG while the client does not read what it
-            # was sent (the server says so: agentrun.ws.frames), not while this process is just busy.
+            # A send waits while the client's connection is backed up (agentrun.server.web). Closed 4008
+            # when more than AGENTRUN_WS_MAX_LAG chunks wait because the client does not take what it was
+            # sent (the server says so: agentrun.ws.frames), never because this process was busy.
             batches = subscribe_batches(
                 run_id,
                 after,
