@@ -102,13 +102,19 @@ def _is_takeover(chunk: dict) -> bool:
 
 
 def _same(a: dict, b: dict) -> bool:
+    """The same chunk (``b`` as read from the log, or live). Once per process for a pair of chunks read
+    once for all the subscribers here: the answer is kept on ``b``."""
+    if isinstance(b, WireChunk) and b.same_as is a:
+        return True
     if a["type"] != b["type"]:
         return False
-    if a["payload"] == b["payload"]:  # the usual case, without encoding anything
-        return True
-    return json.dumps(a["payload"], sort_keys=True, default=str) == json.dumps(
+    if a["payload"] != b["payload"] and json.dumps(a["payload"], sort_keys=True, default=str) != json.dumps(
         b["payload"], sort_keys=True, default=str
-    )
+    ):
+        return False
+    if isinstance(b, WireChunk):
+        b.same_as = a
+    return True
 
 
 def run_group(run_id: str) -> str:
@@ -159,13 +165,14 @@ class WireChunk(dict):
     of the run, with its encodings kept: each transport's bytes are made once per process, not once per
     subscriber. Never mutated once made."""
 
-    __slots__ = ("text", "frame", "event")
+    __slots__ = ("text", "frame", "event", "same_as")
 
     def __init__(self, chunk: dict, text: str | None = None) -> None:
         super().__init__(chunk)
         self.text = text
         self.frame: bytes | None = None
         self.event: bytes | None = None
+        self.same_as: dict | None = None  # a chunk found the same as this one (``_same``)
 
 
 def ws_text(chunk: dict) -> str:
@@ -314,12 +321,33 @@ class _Inbox:
     """One subscriber's live chunks, in the batches they arrived in (shared lists: never mutated), and
     whether it is behind (``behind``: its client's lag, never its process's)."""
 
-    __slots__ = ("batches", "client_full", "excused", "full_since", "low", "newest", "ready", "sending")
+    __slots__ = (
+        "batches",
+        "client_full",
+        "excused",
+        "full_since",
+        "given",
+        "low",
+        "max_lag",
+        "newest",
+        "on_stall",
+        "ready",
+        "sending",
+    )
 
-    def __init__(self, after: int, client_full: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        after: int,
+        client_full: Callable[[], bool] | None = None,
+        max_lag: int | None = None,
+        on_stall: Callable[[int], None] | None = None,
+    ) -> None:
         self.batches: deque[list[WireChunk]] = deque()  # _Batch, or what a subscriber put back
         self.newest = after  # the highest seq published since it joined
+        self.given = after  # the highest seq handed to its consumer
         self.sending = False  # its consumer is sending what it was handed
+        self.max_lag = max_lag
+        self.on_stall = on_stall  # called once if its client stalls while its consumer's send waits
         # Whether its client reads (the server says so, agentrun.ws.frames): its connection is full
         # when the client has not taken what it was sent. Full at every look since ``full_since``.
         self.client_full = client_full
@@ -338,8 +366,18 @@ class _Inbox:
             if not self.sending:
                 self.excused = self.newest
         elif self.sending:
-            self.stalled()  # a look while it waits on its client
+            self._look()
         self.ready.set()
+
+    def _look(self) -> None:
+        """A look at its client while its consumer's send waits on it. A client that stopped reading
+        would hold that send until it reads again, and the subscriber would never see that it is
+        behind: ``on_stall`` tells its consumer to stop waiting (once)."""
+        if not self.stalled() or self.on_stall is None or self.max_lag is None:
+            return
+        if self.newest - self.given > self.max_lag:
+            on_stall, self.on_stall = self.on_stall, None
+            on_stall(self.given)
 
     def stalled(self) -> bool:
         """Its client has not kept up for CLIENT_STALL_SECONDS: its connection was full at every look."""
@@ -464,15 +502,18 @@ class _RunFeed:
         Subscribers share the queries and the chunks they made."""
         asked = time.monotonic() - max_age
         async with self.log_lock:
-            if self.hi < 0 or after > self.hi:
-                started = time.monotonic()  # nothing kept, or all of it is behind: start afresh
+            if self.hi < 0 or after > self.hi + LOG_KEPT_MAX:
+                started = time.monotonic()  # nothing kept, or all of it is far behind: start afresh
                 rows = await read(_load_chunks, self.run_id, after)
                 self.logged, self.lo, self.hi, self.log_at = rows, after, rows[-1]["seq"] if rows else after, started
             else:
                 if after < self.lo:  # before what is kept: read that much more
                     self.logged[:0] = await read(_load_chunks, self.run_id, after, self.lo)
                     self.lo = after
-                if (self.log_at < asked) if cover is None else (self.hi < cover):
+                # Read on from what is kept, never afresh from ``after``: subscribers at different seqs
+                # would each drop what the others still need, and read it again (docs/performance.md
+                # "Fan-out (third pass)", "Fourth pass").
+                if after > self.hi or ((self.log_at < asked) if cover is None else (self.hi < cover)):
                     started = time.monotonic()
                     rows = await read(_load_chunks, self.run_id, self.hi)
                     self.logged += rows
@@ -556,6 +597,7 @@ async def subscribe_batches(
     max_lag: int | None = None,
     resync: bool = False,
     client_full: Callable[[], bool] | None = None,
+    on_stall: Callable[[int], None] | None = None,
 ) -> AsyncGenerator[list[WireChunk]]:
     """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones, in batches (what arrived
     together), shared with the process's other subscribers of the run: read them, never change them.
@@ -568,11 +610,14 @@ async def subscribe_batches(
     not take) said so at every look for CLIENT_STALL_SECONDS; without it, they came while the
     consumer's send waited. A process busy for everyone makes every backlog grow while the clients
     take all they were sent: that never counts (docs/performance.md "Fan-out (third pass)").
+    ``on_stall(resume_after)``: called (once) instead when the client stalls while the consumer is
+    sending to it: that send would not end before the client reads again; the consumer should stop it
+    and tell the client to resume after the seq given (everything handed before was sent).
     ``resync``: raise ``SubscriberReset`` when the log holds other chunks than this subscriber gave
     (chunks of a dead driver that never reached the log, re-used by its taker), or when its client,
     resuming ``after``, may hold such chunks; without it those seqs are skipped as seen.
     """
-    inbox = _Inbox(after, client_full)
+    inbox = _Inbox(after, client_full, max_lag, on_stall)
     subscription = _subscription(inbox, run_id, after, until, after_a_finish, max_lag, resync)
     async with contextlib.aclosing(subscription) as batches:
         async for batch in batches:
@@ -634,7 +679,7 @@ async def _subscription(
         nonlocal given
         if check:
             check_lag()
-        given = batch[-1]["seq"]
+        given = inbox.given = batch[-1]["seq"]
         return batch
 
     def accept(chunk: dict) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -88,6 +89,15 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def _forward(self, run_id: str, after: int) -> None:
         sent = after
+        stalled: list[int] = []
+
+        def on_stall(resume_after: int) -> None:
+            # Its client stopped reading while more than AGENTRUN_WS_MAX_LAG chunks wait for it: the
+            # send waiting on it is stopped (what it wrote stays queued before the close frame).
+            stalled.append(resume_after)
+            assert self.forwarder is not None
+            self.forwarder.cancel()
+
         try:
             # A send waits while the client's connection is backed up (agentrun.server.web). Closed 4008
             # when more than AGENTRUN_WS_MAX_LAG chunks wait because the client does not take what it was
@@ -99,10 +109,19 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
                 max_lag=settings.AGENTRUN_WS_MAX_LAG,
                 resync=True,
                 client_full=self.scope.get("extensions", {}).get(FRAMES, {}).get(CLIENT_FULL),
+                on_stall=on_stall,
             )
-            async for batch in batches:
-                await self.send_chunks(batch)
-                sent = batch[-1]["seq"]
+            async with aclosing(batches):
+                async for batch in batches:
+                    await self.send_chunks(batch)
+                    sent = batch[-1]["seq"]
+        except asyncio.CancelledError:
+            if not stalled:  # the socket closed (disconnect)
+                raise
+            if (task := asyncio.current_task()) is not None:
+                task.uncancel()
+            await self.close(code=SUBSCRIBER_BEHIND, reason=f"resume after={stalled[0]}")
+            return
         except SubscriberInterrupted as interrupted:
             # The database stayed away: reconnect in a few seconds after the seq named; nothing is lost.
             await self.close(code=TRY_AGAIN_LATER, reason=f"resume after={interrupted.resume_after}")

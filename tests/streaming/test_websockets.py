@@ -13,6 +13,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from agentrun.asgi import application
+from agentrun.core import fanout
 from agentrun.core.fanout import RunPublisher, run_group, ws_text
 from agentrun.core.models import RunChunk, ToolEffect
 from agentrun.engine.agents import get_agent
@@ -244,6 +245,35 @@ async def test_a_busy_process_closes_no_subscriber_that_keeps_up(settings):
     for comm in comms:
         assert await comm.receive_nothing(timeout=0.3), "kept open: none of them is behind"
         await comm.disconnect()
+
+
+async def test_a_subscriber_whose_client_stopped_reading_is_told_while_its_send_waits(monkeypatch):
+    """``ws/runs`` sends what it was given and waits while the client's connection is full: a client that
+    stopped reading would hold that send, and the socket, for as long as it stalls. The subscription
+    says so meanwhile (``on_stall``, with the seq to resume after) once more than ``max_lag`` chunks wait
+    and the connection stayed full, so the consumer stops waiting and closes 4008."""
+    monkeypatch.setattr(fanout, "CLIENT_STALL_SECONDS", 0.2)
+    stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "ws-stalled"})
+    last = (await stream.collect())[-1]["seq"]
+    publisher = RunPublisher(stream.run_id)
+    log = ChunkLog(stream.run_id, last + 1, [publisher])
+    stalled: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    batches = fanout.subscribe_batches(
+        stream.run_id, last, max_lag=5, client_full=lambda: True, on_stall=stalled.set_result
+    )
+    first = asyncio.ensure_future(anext(batches))
+    await asyncio.sleep(0.2)  # joined
+    log.emit("text-delta", {"id": "msg_stall", "text": "first"})
+    await publisher.aclose()
+    assert [c["seq"] for c in await first] == [last + 1]
+    # Its consumer is sending that batch to a client that reads nothing, and never comes back for more.
+    for burst in range(4):
+        for i in range(10):
+            log.emit("text-delta", {"id": "msg_stall", "text": f"b{burst}w{i}"})
+        await publisher.aclose()
+        await asyncio.sleep(0.1)
+    assert await asyncio.wait_for(stalled, 5) == last + 1, "resume after the last seq it was given"
+    await batches.aclose()
 
 
 async def test_subscribers_that_keep_up_get_the_same_frames_of_a_burst_and_are_not_closed_as_behind(settings):
