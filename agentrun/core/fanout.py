@@ -238,15 +238,26 @@ def _drop_broken_connection() -> None:
 
 
 def _load_chunks(run_id: str, after: int, upto: int | None = None) -> list[WireChunk]:
-    """The log's chunks after ``after`` (up to ``upto``), as tuples: no model instance per chunk."""
-    rows = RunChunk.objects.filter(run_id=run_id, seq__gt=after)
+    """The log's chunks after ``after`` (up to ``upto``): one query on the log's (run, seq) key, and no
+    model instance nor ORM converter per row (a process reads every chunk of a run it relays once, to
+    confirm what it gave live: docs/performance.md "Fan-out (third pass)", "Fourth pass")."""
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {quote('seq')}, {quote('type')}, {quote('payload')} FROM {quote(RunChunk._meta.db_table)} "
+        f"WHERE {quote('run_id')} = %s AND {quote('seq')} > %s"
+    )
+    params: list[Any] = [run_id, after]
     if upto is not None:
-        rows = rows.filter(seq__lte=upto)
+        sql += f" AND {quote('seq')} <= %s"
+        params.append(upto)
+    loads = json.loads
     try:
-        return [
-            WireChunk({"type": type_, "runId": run_id, "from": "AGENT", "seq": seq, "payload": payload})
-            for seq, type_, payload in rows.order_by("seq").values_list("seq", "type", "payload")
-        ]
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql} ORDER BY {quote('seq')}", params)
+            return [
+                WireChunk({"type": type_, "runId": run_id, "from": "AGENT", "seq": seq, "payload": loads(payload)})
+                for seq, type_, payload in cursor.fetchall()
+            ]
     finally:
         release_connection()
 
