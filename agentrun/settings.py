@@ -403,7 +403,8 @@ if REDIS_URL:
     # Counters belong to the users of one database: two deployments on one Redis do not mix them.
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Django's RedisCache with one connection pool per process, not one per request.
+            "BACKEND": "agentrun.core.throttle.SharedRedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": f"agentrun:{DATABASES['default']['NAME']}",
         }

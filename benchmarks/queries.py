@@ -5,8 +5,10 @@ Rows of ``benchmarks/suite.py``; alone, on the suite's seeded database, in-proce
     .venv/bin/python benchmarks/queries.py --n 10000      # BENCH_PG, BENCH_REDIS_URL, BENCH_DB_PREFIX as the suite
 
 - **Request floor**, split: the authenticated ``GET /api/agents/`` through agentrun's daphne (the suite's
-  ``rest_floor`` row); the same request in-process (Django's test client: middleware, DRF, the view, no
-  server); and a bare ASGI app answering the same bytes under the same daphne (what daphne alone costs).
+  ``rest_floor`` row, once the servers and the worker are done starting: ``settle``), and web A's CPU time
+  per request over 500 in a row (``floor_cpu``); the same request in-process (Django's test client:
+  middleware, DRF, the view, no server); and a bare ASGI app answering the same bytes under the same
+  daphne (what daphne alone costs).
 - **Unpaged listing**, in-process: every run of ``stream_suspended_runs`` (min(N, 50k) newest runs, as the
   suite's REST row picks them) encoded as the REST answer's bytes; µs a run.
 - **Date-bounded totals**: the first page with ``fromDate``/``toDate`` bounding the middle 80% of the
@@ -69,10 +71,10 @@ def in_process(n: int, token: str, repeat: int) -> dict:
     unpaged_from = unpaged_bound(n)
 
     def unpaged() -> int:
-        """What the server does for an unpaged answer (``StreamedListing``), in this thread: the first
-        batch as runs, then each batch as its items' JSON."""
+        """What the server does for an unpaged answer (``listing_response``, ``StreamedListing``), in this
+        thread: each batch as its items' JSON."""
         stream = stream_suspended_runs(agent_id="support-agent", from_date=unpaged_from)
-        size = len(_items(stream.next_batch()))
+        size = 0
         while not stream.done:
             encoded, _ = stream.next_encoded(_items)
             size += len(encoded)
@@ -126,6 +128,48 @@ def date_bounds() -> tuple[str, str]:
 
 
 # --- through daphne ------------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far (user + system), from /proc."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(top, timeout: float = 20.0) -> None:  # noqa: ANN001 - suite.Topology
+    """Wait until the topology's processes are done starting (each under 5% of a core for half a
+    second): a worker still importing Django took a core from the first rows' requests."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = [proc.pid for proc in top.procs.procs if proc.poll() is None]
+        before = sum(cpu_seconds(pid) for pid in pids)
+        time.sleep(0.5)
+        if sum(cpu_seconds(pid) for pid in pids) - before < 0.05 * 0.5 * len(pids):
+            return
+
+
+def floor_cpu(top, token: str, requests_count: int = 500) -> dict:  # noqa: ANN001 - suite.Topology
+    """The request floor's server CPU: web A's CPU time per authenticated ``GET /api/agents/`` (user +
+    system, all its threads) over ``requests_count`` requests, and their median: what the load of the
+    machine does not change much."""
+    import requests
+
+    with requests.Session() as http:
+        http.headers["Authorization"] = f"Token {token}"
+        url = f"http://127.0.0.1:{top.port_a}/api/agents/"
+        for _ in range(20):
+            assert http.get(url).status_code == 200
+        samples = []
+        before = cpu_seconds(top.a.pid)
+        for _ in range(requests_count):
+            started = time.perf_counter()
+            assert http.get(url).status_code == 200
+            samples.append(1000 * (time.perf_counter() - started))
+        used = cpu_seconds(top.a.pid) - before
+    samples.sort()
+    return {"cpu_ms": 1000 * used / requests_count, "median": samples[len(samples) // 2], "n": requests_count}
+
+
 def through_daphne(top, token: str, repeat: int, env: dict[str, str]) -> dict:  # noqa: ANN001 - suite.Topology
     """The dated page over REST, and a bare ASGI app under agentrun's daphne (the floor's server share)."""
     import requests
@@ -153,6 +197,7 @@ def through_daphne(top, token: str, repeat: int, env: dict[str, str]) -> dict:  
 
             base = f"http://127.0.0.1:{top.port_a}"
             return {
+                "floor_cpu": floor_cpu(top, token),
                 "bare_asgi": _timed(lambda: get(f"http://127.0.0.1:{port}/api/agents/"), repeat),
                 "rest_dated": _timed(
                     lambda: get(
@@ -186,6 +231,16 @@ def rows(n: int, f: dict, row) -> list[str]:  # noqa: ANN001 - suite.table's row
             None,
         )
     )
+    if "floor_cpu" in f:
+        cpu = f["floor_cpu"]
+        lines.append(
+            row(
+                f"… web A's CPU a request ({cpu['n']} in a row; their median)",
+                f"{cpu['cpu_ms']:.2f} ms ({cpu['median']:.1f} ms)",
+                "—",
+                None,
+            )
+        )
     if "bare_asgi" in f:
         lines.append(row("… a bare ASGI app under the same daphne (daphne's share)", ms(f["bare_asgi"]), "—", None))
     if "rest_unfiltered" in f:
@@ -243,6 +298,7 @@ def main() -> None:
         env = dict(os.environ, REDIS_URL=redis, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         env["AGENTRUN_TASK_BACKEND"] = "django_tasks_db.DatabaseBackend"
         with tempfile.TemporaryDirectory() as logs, suite.Topology(env, Path(logs)) as top:
+            settle(top)
             figures |= suite.rest_listing(top, token, args.repeat)
             figures |= through_daphne(top, token, args.repeat, env)
             figures |= suite.rest_unpaged(top, token, args.n)

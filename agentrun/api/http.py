@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from agentrun.api.authentication import BearerTokenAuthentication, GuardedTokenAuthentication
 from agentrun.api.bodies import max_body_size, parse_json
 from agentrun.api.exceptions import too_large
+from agentrun.api.throttling import ApiRateThrottle
 from agentrun.core.access import VIEW_PERMISSION
 from agentrun.core.errors import AgentRunError
 from agentrun.engine.inputs import json_problem
@@ -108,6 +109,11 @@ class ApiView(APIView):
         check_text([v for values in request.query_params.lists() for v in values[1]], "the query")
         check_text(list(request.query_params.keys()), "the query")
         check_text(request.headers.get("Idempotency-Key") or "", "the Idempotency-Key header")  # it is stored
+
+    def permission_denied(self, request: Request, message: str | None = None, code: str | None = None) -> None:
+        # Refused before the throttle ran: a count taken with the token check is taken back (ApiRateThrottle).
+        ApiRateThrottle.take_back(request)
+        super().permission_denied(request, message=message, code=code)
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         # Every Response of this API is JSON, errors included, even when the client asked for an

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.renderers import JSONRenderer
@@ -37,6 +37,7 @@ from agentrun.core.selectors import (
     SuspendedRun,
     SuspendedRunsStream,
     decision_history,
+    encoded_suspended_runs,
     list_suspended_runs,
     stream_suspended_runs,
 )
@@ -154,7 +155,7 @@ LISTING_PARAMS = [
 
 def listing_response(
     request: Request, agents: dict[str, Any], *, with_claims: bool = False
-) -> Response | StreamingHttpResponse:
+) -> Response | HttpResponse | StreamingHttpResponse:
     """The listing contract's answer for ``agents`` (``agent_id`` or ``agent_ids``): one path for the
     per-agent route and ``GET /api/suspended-runs``, so both filter, order, page and count alike.
     ``with_claims``: each call also carries ``claim`` (docs/api.md#claims)."""
@@ -169,13 +170,18 @@ def listing_response(
     }
     per_page, page = q.get("perPage"), q.get("page")
     if per_page and page:
-        return Response(list_suspended_runs(**filters, per_page=per_page, page=page).to_dict())
+        if with_claims:
+            return Response(list_suspended_runs(**filters, per_page=per_page, page=page).to_dict())
+        # The bytes DRF would render (on PostgreSQL the items built in SQL: the same JSON).
+        del filters["with_claims"]
+        encoded = encoded_suspended_runs(_items, **filters, per_page=per_page, page=page)
+        return HttpResponse(encoded, content_type=JSON)
     # Unpaged: every match. One batch or less: a plain answer; more: streamed, batch by batch.
     stream = stream_suspended_runs(**filters, per_page=per_page, page=page)
-    first = stream.next_batch()
+    first, count = stream.next_encoded(_items)
     if stream.done:
-        return Response({"runs": [run.to_dict() for run in first], "total": len(first)})
-    return StreamingHttpResponse(StreamedListing(first, stream), content_type=JSON)
+        return HttpResponse(b'{"runs":[%s],"total":%d}' % (first, count), content_type=JSON)
+    return StreamingHttpResponse(StreamedListing(first, count, stream), content_type=JSON)
 
 
 class SuspendedRunsView(ApiView):
@@ -185,7 +191,7 @@ class SuspendedRunsView(ApiView):
         parameters=LISTING_PARAMS,
         responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
     )
-    def get(self, request: Request, agentId: str) -> Response | StreamingHttpResponse:  # noqa: N803
+    def get(self, request: Request, agentId: str) -> Response | HttpResponse | StreamingHttpResponse:  # noqa: N803
         agent = agent_or_404(agentId, request.user)
         return listing_response(request, {"agent_id": agent.id})
 
@@ -203,7 +209,7 @@ class AllSuspendedRunsView(ApiView):
         ],
         responses={200: s.SuspendedRunsSerializer, **errors(*READ_ERRORS)},
     )
-    def get(self, request: Request) -> Response | StreamingHttpResponse:
+    def get(self, request: Request) -> Response | HttpResponse | StreamingHttpResponse:
         include = request.query_params.get("include") or ""
         if include not in ("", "claims"):
             raise AgentRunError(
@@ -228,15 +234,15 @@ class StreamedListing:
     away half-way: the cursor is closed then. ``total`` (every match: nothing is paged) ends the body.
     """
 
-    def __init__(self, first: list[SuspendedRun], stream: SuspendedRunsStream) -> None:
-        self.first, self.stream = first, stream
+    def __init__(self, first: bytes, count: int, stream: SuspendedRunsStream) -> None:
+        self.first, self.count, self.stream = first, count, stream
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._body()
 
     async def _body(self) -> AsyncIterator[bytes]:
-        yield b'{"runs":[' + _items(self.first)
-        total = len(self.first)
+        yield b'{"runs":[' + self.first
+        total = self.count
         async for encoded, count in self.stream.encoded_batches(_items):
             yield b"," + encoded
             total += count

@@ -12,7 +12,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection, transaction
-from django.db.models import Count, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -254,6 +254,61 @@ def list_suspended_runs(
     ``agent_ids`` instead of ``agent_id``: the runs of all those agents, in the same order, with the same
     filters, paging and total (``GET /api/suspended-runs``, docs/api.md#across-agents); the caller names
     the agents the reader may see."""
+    ordered, paged, total = _listed(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
+    count = int(list(total)[0])
+    rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS)[paged])
+    return SuspendedRunsPage(runs=_with_open_calls(rows, with_claims=with_claims), total=count)
+
+
+def encoded_suspended_runs(
+    render: Callable[[list[SuspendedRun]], bytes],
+    *,
+    agent_id: str | None = None,
+    agent_ids: Collection[str] | None = None,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    from_date: datetime | str | None = None,
+    to_date: datetime | str | None = None,
+    per_page: int | str | None = None,
+    page: int | str | None = None,
+) -> bytes:
+    """``list_suspended_runs(...).to_dict()`` (without claims) as the JSON the REST answer sends:
+    ``{"runs":[…],"total":N}``, the items comma-separated by ``render`` (the caller's JSON renderer).
+
+    On PostgreSQL each item comes as JSON built in SQL by the page's own query (``_ITEM_JSON``, as the
+    unpaged stream's): two queries (the total, the page with its items) instead of three, and no Python
+    per run but for the runs SQL leaves out (docs/performance.md, "Fourth pass"). Elsewhere:
+    ``list_suspended_runs``'s runs, rendered."""
+    ordered, paged, total = _listed(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
+    if connection.vendor != "postgresql":
+        count = int(list(total)[0])
+        items = render(_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS)[paged])))
+        return b'{"runs":[%s],"total":%d}' % (items, count)
+    # One query: the page's runs with their items and, on each row, the total (a subquery PostgreSQL
+    # evaluates once). A page past the end has no row to carry it: the total alone then.
+    with_items = ordered.annotate(item=RawSQL(_ITEM_JSON, []), total=Subquery(total))
+    rows = list(with_items.values_list("run_id", "item", "total")[paged])
+    count = int(rows[0][2]) if rows else int(list(total)[0])
+    encoded = [b"" if item is None else item.encode() for _, item, _ in rows]
+    left = [i for i, (_, item, _) in enumerate(rows) if item is None]
+    if left:
+        for i, run in zip(left, _with_open_calls(_snapshot_rows([rows[i][0] for i in left])), strict=True):
+            encoded[i] = render([run])
+    return b'{"runs":[%s],"total":%d}' % (b",".join(encoded), count)
+
+
+def _listed(
+    agent_id: str | None,
+    agent_ids: Collection[str] | None,
+    thread_id: str | None,
+    resource_id: str | None,
+    from_date: datetime | str | None,
+    to_date: datetime | str | None,
+    per_page: int | str | None,
+    page: int | str | None,
+) -> tuple[QuerySet[Snapshot], slice, QuerySet]:
+    """The listing's snapshots in order, the slice of them paged (all when not paged), and the query
+    of its total (``_total_query``); nothing read yet."""
     agents = _agent_set(agent_id, agent_ids)
     per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
     page = _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
@@ -262,18 +317,16 @@ def list_suspended_runs(
 
     snapshots = _matching(agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
     now = timezone.now()
-    total = _open_total(
+    total = _total_query(
         snapshots, now, agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end
     )
     # A run past its time to live is not listed, even before the sweeper has expired it.
     ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
-    if per_page is not None and page is not None:
-        ordered = ordered[page * per_page : (page + 1) * per_page]
-    rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS))
-    return SuspendedRunsPage(runs=_with_open_calls(rows, with_claims=with_claims), total=total)
+    paged = slice(page * per_page, (page + 1) * per_page) if per_page is not None and page is not None else slice(None)
+    return ordered, paged, total
 
 
-def _open_total(
+def _total_query(
     snapshots: QuerySet[Snapshot],
     now: datetime,
     *,
@@ -282,8 +335,9 @@ def _open_total(
     resource_id: str | None,
     start: datetime | None,
     end: datetime | None,
-) -> int:
-    """How many of ``snapshots`` (filtered) are listed, in one query.
+) -> QuerySet:
+    """The query of how many of ``snapshots`` (filtered) are listed: one row, one column, to run alone
+    or to read as a subquery of the page's (``encoded_suspended_runs``).
 
     The snapshots present come from ``SnapshotCount`` (a few rows per key); with date bounds, from
     ``SnapshotPeriodCount`` and the edges (``_dated_total``); with date bounds and a thread or a
@@ -297,9 +351,23 @@ def _open_total(
         return _dated_total(agent_ids, start, end, expired)
     if dated or (thread_id and resource_id):
         # A thread's or a resource's runs within dates: counted on that index (docs/performance.md).
-        return snapshots.aggregate(total=Count("*") - expired)["total"]
+        return _one_value(snapshots, _COUNT - expired)
     counters = SnapshotCount.objects.filter(_one_of("agent_id", agent_ids), **_counter_key(thread_id, resource_id))
-    return counters.aggregate(total=Coalesce(Sum("snapshots"), Value(0)) - expired)["total"]
+    return _one_value(counters, Coalesce(_sum("snapshots"), Value(0)) - expired)
+
+
+# COUNT(*) and SUM as plain functions, not aggregates: Django adds no GROUP BY, so ``SELECT COUNT(*) …``
+# over the filtered rows is one row, whatever they are (none included), as ``aggregate`` reads it.
+_COUNT = Func(template="COUNT(*)", output_field=IntegerField())
+
+
+def _sum(column: str) -> Func:
+    return Func(F(column), function="SUM", output_field=IntegerField())
+
+
+def _one_value(rows: QuerySet, value: Any) -> QuerySet:
+    """``SELECT value FROM rows``: one row (``value`` made of ``_COUNT``/``_sum`` over ``rows``)."""
+    return rows.order_by().annotate(total=value).values_list("total", flat=True)[:1]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -334,7 +402,7 @@ def _periods(start: datetime | None, end: datetime | None) -> tuple[list[tuple[i
     return periods, edges
 
 
-def _dated_total(agent_ids: list[str], start: datetime | None, end: datetime | None, expired: Coalesce) -> int:
+def _dated_total(agent_ids: list[str], start: datetime | None, end: datetime | None, expired: Coalesce) -> QuerySet:
     """The listing's total with date bounds (no thread nor resource): the whole minutes, hours and days
     inside the bounds from ``SnapshotPeriodCount``, plus the snapshots of the partial minutes at both
     edges counted on the listing's index, less those past their time to live (``expired``). Exact, and
@@ -343,12 +411,12 @@ def _dated_total(agent_ids: list[str], start: datetime | None, end: datetime | N
     periods, edges = _periods(start, end)
     if not periods:  # under two minutes: their snapshots, counted on the index
         snapshots = _matching(agent_ids=agent_ids, thread_id=None, resource_id=None, start=start, end=end)
-        return snapshots.aggregate(total=Count("*") - expired)["total"]
+        return _one_value(snapshots, _COUNT - expired)
     whole = Q()
     for width, first, after in periods:
         whole |= Q(width=width, bucket__gte=first, bucket__lt=after)
     counters = SnapshotPeriodCount.objects.filter(_one_of("agent_id", agent_ids)).filter(whole)
-    total = Coalesce(Sum("snapshots"), Value(0)) - expired
+    total = Coalesce(_sum("snapshots"), Value(0)) - expired
     if edges:
         within = Q()
         for low, high in edges:
@@ -360,7 +428,7 @@ def _dated_total(agent_ids: list[str], start: datetime | None, end: datetime | N
             .annotate(n=Func(template="COUNT(*)", output_field=IntegerField()))
         )
         total = total + Coalesce(Subquery(at_edges.values("n")[:1]), Value(0))
-    return counters.aggregate(total=total)["total"]
+    return _one_value(counters, total)
 
 
 def _agent_set(agent_id: str | None, agent_ids: Collection[str] | None) -> list[str]:
@@ -691,7 +759,7 @@ def _counter_key(thread_id: str | None, resource_id: str | None) -> dict[str, st
 
 def waiting_runs_by_agent(agent_ids: list[str], *, resource_id: str = "") -> dict[str, int]:
     """How many runs of each of ``agent_ids`` wait (for ``resource_id``): for each, the listing's exact
-    ``total`` as ``_open_total`` counts it (counters less the runs past their time to live not swept
+    ``total`` as ``_total_query`` counts it (counters less the runs past their time to live not swept
     yet), for every agent in one query that scans no snapshots. Agents with none are left out."""
     snapshots = Snapshot.objects.filter(agent_id=OuterRef("agent_id"))
     if resource_id:

@@ -10,6 +10,8 @@ still counted. Logins are django-axes' (kept in the database, per account and pe
 
 A cache that cannot be reached lets requests through (logged): a limit is a brake, not a gate, and an
 outage of Redis must not lock everyone out.
+
+Also here: ``SharedRedisCache``, the cache backend these counters are read through (``CACHES``).
 """
 
 from __future__ import annotations
@@ -17,14 +19,45 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
+from django.utils.functional import cached_property
 
 logger = logging.getLogger("agentrun.throttle")
+
+_clients: dict[tuple[str, ...], Any] = {}
+_clients_lock = threading.Lock()
+
+
+class SharedRedisCache(RedisCache):
+    """Django's Redis cache with one client, and so one connection pool, per process (``CACHES``).
+
+    Django keeps a cache object per thread and per asynchronous context, and each ``RedisCache`` object
+    makes its own client with its own connection pool. Under ASGI every request runs in a context of its
+    own, so every request made a new pool and opened a new TCP connection to Redis for its first cache
+    call (the API throttle, the failed-token check): one connection per request, the largest share of the
+    request floor on a busy machine (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass).
+    Here the cache objects of a process with the same servers and options share one client, whose pool
+    keeps its connections open between requests (redis-py's pools are thread-safe, and start again
+    empty in a forked child)."""
+
+    @cached_property
+    def _cache(self) -> Any:
+        own = vars(self)  # RedisCache's attributes (not in its type stubs)
+        servers, options = own["_servers"], own["_options"]
+        key = (*servers, repr(sorted(options.items())))
+        with _clients_lock:
+            client = _clients.get(key)
+            if client is None:
+                client = _clients[key] = own["_class"](servers, **options)
+        return client
+
 
 _PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400}
 
@@ -84,6 +117,18 @@ class RateLimit:
         except Exception as exc:
             logger.warning("throttle %s: the cache cannot be written (%s); not counting", self.name, exc)
 
+    def take_back(self, key: str) -> None:
+        """Uncount one event counted in this window (``hit`` undone)."""
+        if parse_rate(self.rate) is None:
+            return
+        current, _, _, _ = self._keys(key, time.time())
+        try:
+            cache.decr(current)
+        except ValueError:  # the window ended meanwhile: its count goes with it
+            pass
+        except Exception as exc:
+            logger.warning("throttle %s: the cache cannot be written (%s); not uncounting", self.name, exc)
+
     def check_and_hit(self, key: str) -> float | None:
         """Count one event if it is allowed now; else the seconds to wait (nothing counted)."""
         if parse_rate(self.rate) is not None and isinstance(backend := caches["default"], RedisCache):
@@ -116,6 +161,47 @@ class RateLimit:
             logger.warning("throttle %s: the cache cannot be used (%s); not limiting", self.name, exc)
             return None
         return wait
+
+
+def wait_then_count(
+    check: tuple[RateLimit, str], count: tuple[RateLimit, str]
+) -> tuple[float | None, float | None] | None:
+    """``check``'s ``wait`` and then, only if it allows, ``count``'s ``check_and_hit``, in one Redis round
+    trip instead of two: (the first's wait, the second's wait — None when the first refused, nothing
+    counted then). A cached token's request pays this, its failed-token check and its API count
+    together (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass). None (nothing
+    read, nothing counted) when the cache is not Redis or a limit is off: the caller takes the two steps
+    one after the other. A cache that cannot be used lets the request through: (None, None)."""
+    (first, first_key), (second, second_key) = check, count
+    first_rate, second_rate = parse_rate(first.rate), parse_rate(second.rate)
+    if first_rate is None or second_rate is None or not isinstance(backend := caches["default"], RedisCache):
+        return None
+    now = time.time()
+    f_current, f_previous, f_elapsed, _ = first._keys(first_key, now)
+    s_current, s_previous, s_elapsed, _ = second._keys(second_key, now)
+    f_current, f_previous, s_current, s_previous = (
+        backend.make_and_validate_key(key) for key in (f_current, f_previous, s_current, s_previous)
+    )
+    try:
+        client = backend._cache.get_client(s_current, write=True)
+        pipe = client.pipeline(transaction=False)
+        pipe.get(f_current)
+        pipe.get(f_previous)
+        pipe.incr(s_current)
+        pipe.expire(s_current, 2 * second_rate[1])
+        pipe.get(s_previous)
+        failed_now, failed_before, this, _, last = pipe.execute()
+        refused = _wait_for(int(failed_now or 0), int(failed_before or 0), f_elapsed, *first_rate)
+        if refused is not None:
+            client.decr(s_current)
+            return refused, None
+        wait = _wait_for(this - 1, int(last or 0), s_elapsed, *second_rate)
+        if wait is not None:
+            client.decr(s_current)
+    except Exception as exc:  # the cache is down: let it through, as each limit alone does
+        logger.warning("throttle %s/%s: the cache cannot be used (%s); not limiting", first.name, second.name, exc)
+        return None, None
+    return None, wait
 
 
 def _wait_for(this: int, last: int, elapsed: float, count: int, period: int) -> float | None:

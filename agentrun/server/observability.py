@@ -23,6 +23,8 @@ URL_FIELDS = {"agent_id": "agent_id", "run_id": "run_id", "tool_call_id": "tool_
 
 
 def _match(request: HttpRequest) -> ResolverMatch | None:
+    if request.resolver_match is not None:  # resolved before the middleware (agentrun.asgi's handler)
+        return request.resolver_match
     try:
         return resolve(request.path_info)
     except Resolver404:

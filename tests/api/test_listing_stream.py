@@ -82,3 +82,10 @@ def test_unpaged_items_are_the_paged_items_for_every_kind_of_call(api, batches_o
     unpaged = api.get("/api/suspended-runs")
     assert unpaged.streaming
     assert json.loads(body_of(unpaged)) == paged
+    # Pages are built in SQL on PostgreSQL too: each the listing as Python builds it, page by page.
+    agents = ["billing-agent", "support-agent", "support-supervisor"]
+    built = selectors.list_suspended_runs(agent_ids=agents, per_page=1000, page=0).to_dict()
+    assert json.loads(json.dumps(built)) == paged
+    for page in range(4):
+        answer = api.get("/api/suspended-runs", {"perPage": 3, "page": page}).json()
+        assert answer == {"runs": paged["runs"][3 * page : 3 * page + 3], "total": 10}

@@ -119,6 +119,24 @@ def test_good_tokens_are_not_counted(settings):
     assert {client.get("/api/agents/", HTTP_AUTHORIZATION=f"Token {key}").status_code for _ in range(10)} == {200}
 
 
+def test_a_token_known_already_is_refused_too_from_an_address_past_its_limit(settings):
+    """A token the process knows (cached) skips the token lookup, not the failed-token check: that check
+    and the API count go to the cache together (docs/performance.md, "Fourth pass"), same answers."""
+    settings.AGENTRUN_TOKEN_FAILURE_RATE = "3/minute"
+    key = Token.objects.create(user=reviewer()).key
+    address = new_address()
+    client = APIClient(REMOTE_ADDR=address)
+    assert client.get("/api/agents/", HTTP_AUTHORIZATION=f"Token {key}").status_code == 200  # now known
+    assert client.get("/api/agents/", HTTP_AUTHORIZATION=f"Token {key}").status_code == 200
+    for i in range(3):
+        assert client.get("/api/agents/", HTTP_AUTHORIZATION=f"Token wrong{i}").status_code == 401
+    response = client.get("/api/agents/", HTTP_AUTHORIZATION=f"Token {key}")
+    assert (response.status_code, response.json()["error"]["code"]) == (429, "THROTTLED")
+    assert "failed token" in response.json()["error"]["message"]
+    elsewhere = APIClient(REMOTE_ADDR=new_address())
+    assert elsewhere.get("/api/agents/", HTTP_AUTHORIZATION=f"Token {key}").status_code == 200
+
+
 def test_behind_a_trusted_proxy_the_forwarded_address_is_the_one_counted(settings):
     settings.AGENTRUN_TOKEN_FAILURE_RATE = "2/minute"
     settings.AGENTRUN_TRUSTED_PROXIES = 1
@@ -171,6 +189,18 @@ def test_api_use_is_limited_per_person_with_token_and_session_alike(settings):
     someone_else = Token.objects.create(user=reviewer()).key
     other = APIClient(REMOTE_ADDR=new_address(), HTTP_AUTHORIZATION=f"Token {someone_else}")
     assert other.get("/api/agents/").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)  # counters key on user ids: a rolled back one comes again
+def test_requests_refused_for_want_of_permission_do_not_use_up_the_api_rate(settings):
+    """A refused request was never counted (the throttle runs after the permissions); a known token's
+    count, taken with its token check, is taken back when the permissions refuse."""
+    settings.AGENTRUN_API_RATE = "3/minute"
+    loner = make_user(f"lone-{uuid.uuid4().hex[:8]}", group=None)
+    client = APIClient(REMOTE_ADDR=new_address(), HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=loner).key}")
+    assert [client.get("/api/decisions").status_code for _ in range(5)] == [403] * 5
+    loner.groups.add(Group.objects.get(name=REVIEWERS))
+    assert [client.get("/api/decisions").status_code for _ in range(4)] == [200, 200, 200, 429]
 
 
 # --- password reset -----------------------------------------------------------------------------

@@ -41,6 +41,7 @@ ROWS = [
     # The third pass's request floor, unpaged listing and date totals (benchmarks/queries.py).
     "REST request floor: authenticated GET /api/agents/",
     "the same request in-process",
+    "web A's CPU a request",
     "a bare ASGI app under the same daphne",
     "REST listing, 30, unfiltered first page",
     "unpaged listing in-process, 30 runs",
