@@ -112,6 +112,19 @@ def _fresh_notifier_view():
 
 
 @pytest.fixture(autouse=True)
+def _fresh_memory_cache():
+    """The embedded default keeps rate counters in the process's memory cache, keyed by user ids; SQLite
+    hands a flushed test's ids out again, so the next test's person would start with the last one's
+    count. (With Redis the keys carry the test database's name and PostgreSQL never reuses an id.)"""
+    from django.core.cache import caches
+    from django.core.cache.backends.locmem import LocMemCache
+
+    if isinstance(memory := caches["default"], LocMemCache):
+        memory.clear()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _restore_agent_registry():
     """Tests may register throw-away agents (or re-create demo ones); put the registry back after."""
     from agentrun.engine import registry

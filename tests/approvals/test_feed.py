@@ -21,12 +21,15 @@ def viewer_token() -> str:
     return token_of(make_user("vic", group=VIEWERS, password="pw-12345678"))
 
 
-async def frame_about(comm: WebsocketCommunicator, run_id: str) -> str:
-    """The next frame about ``run_id``: the feed carries every run's events, and one of a run an earlier
-    test left may still be on its way."""
-    while f'data-run-id="{run_id}"' not in (frame := await comm.receive_from(timeout=5)):
-        pass
-    return frame
+async def frame_about(comm: WebsocketCommunicator, run_id: str, event: str | None = None) -> str:
+    """The next frame about ``run_id`` (and ``event``, if given): the feed carries every run's events, and
+    one of a run an earlier test left may still be on its way — or this run's suspension, when the
+    socket connected while it was being told."""
+    wanted = [f'data-run-id="{run_id}"', *([f'data-event="{event}"'] if event else [])]
+    while True:
+        frame = await comm.receive_from(timeout=5)
+        if all(part in frame for part in wanted):
+            return frame
 
 
 async def test_anonymous_socket_is_refused():
@@ -81,7 +84,6 @@ async def test_a_claim_reaches_the_feed_with_who_is_on_it():
         claims.claim(user=user, call=SuspendedToolCall.objects.select_related("run").get(run_id=run_id))
 
     await claim()
-    frame = await comm.receive_from(timeout=5)
-    assert 'data-event="claimed"' in frame and f'data-run-id="{run_id}"' in frame
+    frame = await frame_about(comm, run_id, "claimed")
     assert 'data-claimed-by="ada&quot;&lt;b&gt;"' in frame
     await comm.disconnect()
