@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -184,6 +185,28 @@ async def test_a_client_that_disconnects_does_not_stop_the_run():
     assert "".join(texts) == "Echo: /sleep 300\nstill here"
 
 
+async def _three_subscribers_after_a_run(thread: str) -> tuple[Any, int, list[WebsocketCommunicator]]:
+    """A support-agent run read to its suspension, and three ``ws/runs`` subscribers after its last seq."""
+    token = await reviewer_token()
+    stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": thread})
+    last = (await stream.collect())[-1]["seq"]
+    comms = [communicator(f"/ws/runs/{stream.run_id}/?after={last}", token) for _ in range(3)]
+    for comm in comms:
+        assert (await comm.connect())[0]
+    return stream, last, comms
+
+
+async def _all_got_the_log_and_stay_open(
+    run_id: str, last: int, texts: list[str], comms: list[WebsocketCommunicator]
+) -> None:
+    """What the subscribers got after the first chunk is the log after it; none is closed as behind."""
+    logged = RunChunk.objects.filter(run_id=run_id, seq__gt=last + 1).order_by("seq")
+    assert [json.loads(t) for t in texts] == [c.to_chunk() async for c in logged]
+    for comm in comms:
+        assert await comm.receive_nothing(timeout=0.3), "kept open: none of them is behind"
+        await comm.disconnect()
+
+
 async def _deliver_while_busy(group: str, messages: list[dict]) -> None:
     """The messages reach this process while its event loop is blocked (a busy process): none of its
     tasks runs between them, so its subscribers find them all waiting at once."""
@@ -212,12 +235,7 @@ async def test_a_busy_process_closes_no_subscriber_that_keeps_up(settings):
     everything they are sent, and none is closed 4008 (the old rule closed every one). Each gets every
     chunk, in order, the same frames."""
     settings.AGENTRUN_WS_MAX_LAG = 5
-    token = await reviewer_token()
-    stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "ws-busy"})
-    last = (await stream.collect())[-1]["seq"]
-    comms = [communicator(f"/ws/runs/{stream.run_id}/?after={last}", token) for _ in range(3)]
-    for comm in comms:
-        assert (await comm.connect())[0]
+    stream, last, comms = await _three_subscribers_after_a_run("ws-busy")
     publisher = RunPublisher(stream.run_id)
     log = ChunkLog(stream.run_id, last + 1, [publisher])
     log.emit("text-delta", {"id": "msg_busy", "text": "first"})
@@ -240,11 +258,7 @@ async def test_a_busy_process_closes_no_subscriber_that_keeps_up(settings):
             assert frame["type"] == "websocket.send", f"closed after {len(got)} of 120 chunks: {frame}"
             got.append(frame["text"])
     assert texts[0] == texts[1] == texts[2]
-    logged = RunChunk.objects.filter(run_id=stream.run_id, seq__gt=last + 1).order_by("seq")
-    assert [json.loads(t) for t in texts[0]] == [c.to_chunk() async for c in logged]
-    for comm in comms:
-        assert await comm.receive_nothing(timeout=0.3), "kept open: none of them is behind"
-        await comm.disconnect()
+    await _all_got_the_log_and_stay_open(stream.run_id, last, texts[0], comms)
 
 
 async def test_a_subscriber_whose_client_stopped_reading_is_told_while_its_send_waits(monkeypatch):
@@ -281,12 +295,7 @@ async def test_subscribers_that_keep_up_get_the_same_frames_of_a_burst_and_are_n
     while it did not yield): every subscriber that keeps up gets them all, the same frames in the same
     order, and none is closed 4008 — only a reader slower than the run is too far behind."""
     settings.AGENTRUN_WS_MAX_LAG = 5
-    token = await reviewer_token()
-    stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "ws-burst"})
-    last = (await stream.collect())[-1]["seq"]
-    comms = [communicator(f"/ws/runs/{stream.run_id}/?after={last}", token) for _ in range(3)]
-    for comm in comms:
-        assert (await comm.connect())[0]
+    stream, last, comms = await _three_subscribers_after_a_run("ws-burst")
     publisher = RunPublisher(stream.run_id)
     log = ChunkLog(stream.run_id, last + 1, [publisher])
 
@@ -304,8 +313,4 @@ async def test_subscribers_that_keep_up_get_the_same_frames_of_a_burst_and_are_n
     assert all(f["type"] == "websocket.send" for each in frames for f in each), "none closed"
     texts = [[f["text"] for f in each] for each in frames]
     assert texts[0] == texts[1] == texts[2], "the same frames, byte for byte, to every subscriber"
-    logged = RunChunk.objects.filter(run_id=stream.run_id, seq__gt=last + 1).order_by("seq")
-    assert [json.loads(t) for t in texts[0]] == [c.to_chunk() async for c in logged]
-    for comm in comms:
-        assert await comm.receive_nothing(timeout=0.3), "kept open: none of them is behind"
-        await comm.disconnect()
+    await _all_got_the_log_and_stay_open(stream.run_id, last, texts[0], comms)
