@@ -5,16 +5,93 @@ the end of a segment. Only the holder of the run's lease writes it (``engine/lea
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from django.db import transaction
+from django.utils import timezone
 
+from agentrun.core import prepared
 from agentrun.core.chunks import Chunk, ChunkType
 from agentrun.core.models import Run, RunChunk
 
 
 class LeaseLost(Exception):  # noqa: N818 - a state, not an error of ours
     """The run's lease went to another process (this one stalled past it): it writes nothing more."""
+
+
+@dataclass(frozen=True)
+class Added:
+    """A run column increased by ``amount`` in the UPDATE (``step_count=Added(1)``)."""
+
+    amount: int
+
+
+class LoggedChunk(NamedTuple):
+    """A chunk as the log stores it (a ``RunChunk`` row), waiting to be written."""
+
+    seq: int
+    type: str
+    payload: dict
+    created_at: datetime
+
+
+_UPDATES: dict[tuple, str] = {}
+
+
+def _update_sql(names: tuple[str, ...], added: frozenset[str], fenced: bool, unless_final: bool) -> str:
+    """The UPDATE of one run's columns, written once per shape (``agentrun.core.prepared``)."""
+    key = (prepared.connection().vendor, names, added, fenced, unless_final)
+    sql = _UPDATES.get(key)
+    if sql is None:
+        runs = prepared.table(Run)
+        sets = ", ".join(
+            f"{runs.column(n)} = {runs.column(n)} + %s" if n in added else f"{runs.column(n)} = %s" for n in names
+        )
+        sql = f"UPDATE {runs.name} SET {sets} WHERE {runs.column('id')} = %s"
+        if fenced:
+            sql += f" AND {runs.column('lease_owner')} = %s"
+        if unless_final:
+            sql += f" AND {runs.column('status')} NOT IN ({', '.join(['%s'] * len(Run.FINAL_STATUSES))})"
+        _UPDATES[key] = sql
+    return sql
+
+
+def update_run(run_id: str, fields: dict[str, Any], *, owner: str | None = None, unless_final: bool = False) -> int:
+    """UPDATE one run's ``fields`` (values, or ``Added``), as long as ``owner`` holds its lease (when
+    given) and it is not final (``unless_final``). The number of rows changed (0 or 1)."""
+    runs = prepared.table(Run)
+    names = tuple(fields)
+    added = frozenset(n for n, v in fields.items() if isinstance(v, Added))
+    params = [v.amount if isinstance(v, Added) else runs.prep(n, v) for n, v in fields.items()]
+    params.append(run_id)
+    if owner is not None:
+        params.append(owner)
+    if unless_final:
+        params += list(Run.FINAL_STATUSES)
+    return prepared.execute(_update_sql(names, added, owner is not None, unless_final), params)
+
+
+def write_chunks(run_id: str, batch: list[LoggedChunk]) -> None:
+    """INSERT the batch in one statement."""
+    if not batch:
+        return
+    chunks = prepared.table(RunChunk)
+    prep_payload, prep_created = chunks.by_name["payload"], chunks.by_name["created_at"]
+    db = prepared.connection()
+    params: list[Any] = []
+    for chunk in batch:
+        params += [
+            run_id,
+            chunk.seq,
+            chunk.type,
+            prep_payload.get_db_prep_save(chunk.payload, db),
+            prep_created.get_db_prep_save(chunk.created_at, db),
+        ]
+    columns = ", ".join(chunks.column(n) for n in ("run_id", "seq", "type", "payload", "created_at"))
+    rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(batch))
+    prepared.execute(f"INSERT INTO {chunks.name} ({columns}) VALUES {rows}", params)
 
 
 # --- the chunk log --------------------------------------------------------------------------------
@@ -49,13 +126,13 @@ class ChunkLog:
         self.owner = owner
         self.next_seq = next_seq
         self.sinks = sinks
-        self.buffer: list[RunChunk] = []
+        self.buffer: list[LoggedChunk] = []
         self.held: list[Chunk] = []  # emitted, not handed to the sinks yet
-        self.taken: list[RunChunk] = []  # taken by a write not known to have committed yet
+        self.taken: list[LoggedChunk] = []  # taken by a write not known to have committed yet
 
     def emit(self, type_: ChunkType, payload: dict, *, hold: bool = False) -> Chunk:
         chunk: Chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": self.next_seq, "payload": payload}
-        self.buffer.append(RunChunk(run_id=self.run_id, seq=self.next_seq, type=type_, payload=payload))
+        self.buffer.append(LoggedChunk(self.next_seq, type_, payload, timezone.now()))
         self.next_seq += 1
         if hold or self.held:
             self.held.append(chunk)
@@ -81,21 +158,23 @@ class ChunkLog:
         # caller's transaction anyway.
         with transaction.atomic(savepoint=False):
             self.fenced_update(next_seq=next_seq, **run_fields)
-            if batch:
-                RunChunk.objects.bulk_create(batch)
+            write_chunks(self.run_id, batch)
 
-    def run_row(self) -> Any:
-        """The run's row, as long as the writer holds its lease (a queryset)."""
-        row = Run.objects.filter(pk=self.run_id)
-        return row if self.owner is None else row.filter(lease_owner=self.owner)
+    def update_run(self, fields: dict[str, Any], *, unless_final: bool = False) -> int:
+        """UPDATE the run's row, as long as the writer holds its lease (and, ``unless_final``, the run
+        is not final); the number of rows changed."""
+        return update_run(self.run_id, fields, owner=self.owner, unless_final=unless_final)
 
     def fenced_update(self, **fields: Any) -> None:
         """UPDATE the run's row; ``LeaseLost`` when the lease is another's (the caller's transaction
         then rolls back). First in a write, so that the row lock orders writers before their chunks."""
-        if not self.run_row().update(**fields) and Run.objects.filter(pk=self.run_id).exists():
+        if not self.update_run(fields) and Run.objects.filter(pk=self.run_id).exists():
             raise LeaseLost(self.run_id)
 
-    def take_buffer(self) -> tuple[list[RunChunk], int]:
+    def write_chunks(self, batch: list[LoggedChunk]) -> None:
+        write_chunks(self.run_id, batch)
+
+    def take_buffer(self) -> tuple[list[LoggedChunk], int]:
         """The chunks to write, and the run's next_seq once they are written (the caller writes both)."""
         batch, self.buffer = self.buffer, []
         self.taken += batch

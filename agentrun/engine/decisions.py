@@ -28,7 +28,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.core import access, claims, metrics, outbox, receipts, tracing
+from agentrun.core import access, claims, metrics, outbox, prepared, receipts, tracing
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import notify_approvals
 from agentrun.core.models import Decision, Run, RunStep, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
@@ -308,7 +308,10 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
     requests = command.requests
     # No savepoint: every error here fails the whole decision (record_decisions).
     with transaction.atomic(savepoint=False):
-        run = Run.objects.select_for_update().filter(pk=command.run_id, agent_id=command.agent_id).first()
+        # The run locked and its open calls read by SQL written once (agentrun.core.prepared): this
+        # transaction is on every decision's path.
+        found = prepared.table(Run).rows('"id" = %s AND "agent_id" = %s', [command.run_id, command.agent_id], lock=True)
+        run = found[0] if found else None
         if run is None:
             raise AgentRunError("RUN_NOT_FOUND", f"No run {command.run_id} for agent {command.agent_id}.")
         if run.status == Run.Status.SUSPENDED and run.expires_at is not None and run.expires_at <= timezone.now():
@@ -318,8 +321,8 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
             surfacing = _surfacing_call(run, requests[0].tool_call_id)
             if surfacing is not None:
                 return _record_on_surfacing_call(run, surfacing, command)
-        open_calls = list(
-            SuspendedToolCall.objects.filter(run=run, status=SuspendedToolCall.Status.OPEN).order_by("position", "id")
+        open_calls = prepared.table(SuspendedToolCall).rows(
+            '"run_id" = %s AND "status" = %s', [run.pk, SuspendedToolCall.Status.OPEN], order='"position", "id"'
         )
         decisions: list[Decision] = []
         decided_ids: list[str] = []
@@ -340,8 +343,8 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
         if completed and not open_calls:
             # The last open call is decided: the run stops waiting, its snapshot goes.
             run.status = Run.Status.IN_PROGRESS
-            run.save(update_fields=["status"])
-            Snapshot.objects.filter(run=run).delete()
+            prepared.table(Run).update(run, ["status"])
+            prepared.table(Snapshot).delete('"run_id" = %s', [run.pk])
         for decision in decisions:
             _record_decided_event(run, decision, approvals.get(decision.tool_call_id))
         transaction.on_commit(lambda: _notify_decided(run, decisions))
@@ -454,11 +457,11 @@ def _decide_call(
     if completes:
         call.status = SuspendedToolCall.Status.DECIDED
         call.decision = decision
-        call.save(update_fields=["status", "decision", *claims.clear_on_decision(call)])
+        prepared.table(SuspendedToolCall).update(call, ["status", "decision", *claims.clear_on_decision(call)])
     elif edited_args is not None:
         # The next approver sees, and approves, this edit: the count started again with it.
         call.pending_args = edited_args
-        call.save(update_fields=["pending_args"])
+        prepared.table(SuspendedToolCall).update(call, ["pending_args"])
     return decision, progress
 
 
@@ -556,7 +559,7 @@ def _create_decision(
     if inner is True:
         inner = inner_call(call)
     inner = inner or None
-    decision = Decision.objects.create(
+    decision = Decision(
         run=run,
         agent_id=run.agent_id,
         thread_id=run.thread_id,
@@ -572,6 +575,7 @@ def _create_decision(
         **_inner_fields(call, inner),
         **fields,
     )
+    prepared.table(Decision).insert([decision])
     receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
     _count(decision)
     return decision

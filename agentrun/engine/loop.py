@@ -125,8 +125,8 @@ class Segment:
             return await self._run()
 
     async def _run(self) -> SegmentResult:
-        # The lease taken and the run read in one trip to the database thread.
-        async with RunLease(self.run_id, self.lease_owner, then=store.load_run_to_drive) as lease:
+        # The lease taken, the run read (and started, if queued) by one statement.
+        async with RunLease(self.run_id, self.lease_owner, drive=True) as lease:
             self.lease = lease
             run = lease.loaded
             self.log = ChunkLog(run.id, run.next_seq, self.sinks, owner=lease.owner)
@@ -142,7 +142,7 @@ class Segment:
                 return self.result
             self.emit("start", {"runId": run.id, "agentId": run.agent_id, "threadId": run.thread_id})
             try:
-                reason = await self._drive(run)
+                reason = await self._drive(run, starting=run.started_now)
             except (*INFRASTRUCTURE_ERRORS, LeaseLost) as exc:  # type: ignore[misc]  # a tuple of classes
                 # Not the run's fault (a database or Redis restart, a dropped connection, a stall past
                 # the lease): the run is not failed. The lease is kept (or is another's); the run is
@@ -165,16 +165,12 @@ class Segment:
             await self.publisher.aclose()
         return self.result
 
-    async def _drive(self, run: Run) -> str:
+    async def _drive(self, run: Run, *, starting: bool) -> str:
+        """``starting``: the lease's statement started the run just now (it was queued): it has no calls
+        or steps yet, and its status was just read."""
         if run.is_final:
             return _finish_reason_for(run.status)
-        # A run that has just started has no calls or steps yet, and its status was just read.
-        starting = run.status == Run.Status.QUEUED
-        if starting:
-            await db(store.mark_started)(run)
-            if run.is_final:
-                return _finish_reason_for(run.status)
-        else:
+        if not starting:
             open_calls, steps_done = await self._apply_decisions(run)
             if run.is_final:
                 return _finish_reason_for(run.status)

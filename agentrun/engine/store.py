@@ -14,10 +14,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.core import outbox
+from agentrun.core import outbox, prepared
 from agentrun.core.fanout import notify_approvals
 from agentrun.core.ids import new_id
 from agentrun.core.models import (
@@ -25,14 +25,13 @@ from agentrun.core.models import (
     Decision,
     Message,
     Run,
-    RunChunk,
     RunStep,
     Snapshot,
     SuspendedToolCall,
     Thread,
 )
 from agentrun.core.selectors import SuspendedRun, describe_open_calls
-from agentrun.engine.chunklog import ChunkLog
+from agentrun.engine.chunklog import Added, ChunkLog
 from agentrun.engine.providers import usage_dict
 from agentrun.engine.types import OpenCall
 
@@ -70,23 +69,29 @@ def load_run(run_id: str) -> Run:
     return Run.objects.get(pk=run_id)
 
 
-def load_run_to_drive(run_id: str) -> Run:
-    """The run, with ``segment_open``: its log's last ``start`` has no ``finish`` after it (the process
-    that wrote it died mid-segment). One query: the latest start/finish, read backwards on the log's
-    (run, seq) key."""
-    latest = RunChunk.objects.filter(run_id=OuterRef("pk"), type__in=["start", "finish"]).order_by("-seq")
-    run: Any = Run.objects.annotate(latest_boundary=Subquery(latest.values("type")[:1])).get(pk=run_id)
-    run.segment_open = run.latest_boundary == "start"
-    return run
-
-
 # --- run life cycle -------------------------------------------------------------------------------
-def mark_started(run: Run) -> None:
-    now = timezone.now()
-    if Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(status=Run.Status.IN_PROGRESS, started_at=now):
-        run.status, run.started_at = Run.Status.IN_PROGRESS, now
-    else:  # cancelled (or started) since it was loaded
-        run.refresh_from_db(fields=["status", "started_at"])
+_HISTORY: dict[str, tuple[str, str, Any]] = {}
+
+
+def _history_sql() -> tuple[str, str, Any]:
+    """``load_history``'s statements (a sub-agent's run, a top-level run), written once per database,
+    and the reader of the messages' ``tool_calls``: the run's own messages last, each part in
+    (created_at, id) order."""
+    vendor = prepared.connection().vendor
+    if vendor not in _HISTORY:
+        m, r = prepared.table(Message), prepared.table(Run)
+        names = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_status")
+        run_id, created_at = f"m.{m.column('run_id')}", f"m.{m.column('created_at')}"
+        select = f"SELECT {', '.join(f'm.{m.column(n)}' for n in names)} FROM {m.name} m"
+        order = f" ORDER BY CASE WHEN {run_id} = %s THEN 1 ELSE 0 END, {created_at}, m.{m.column('id')}"
+        own = f"{select} WHERE m.{m.column('thread_id')} = %s AND {run_id} = %s"
+        top = (
+            f"{select} LEFT OUTER JOIN {r.name} r ON r.{r.column('id')} = {run_id} "
+            f"WHERE m.{m.column('thread_id')} = %s AND ({run_id} = %s OR ({created_at} < %s "
+            f"AND ({run_id} IS NULL OR r.{r.column('parent_run_id')} IS NULL)))"
+        )
+        _HISTORY[vendor] = (own + order, top + order, m.reader("tool_calls"))
+    return _HISTORY[vendor]
 
 
 def load_history(run: Run, instructions: str) -> list[dict]:
@@ -97,30 +102,31 @@ def load_history(run: Run, instructions: str) -> list[dict]:
     order: another run's messages written after this one started would split this run's tool calls
     from their results (and hide its last user message), so they are not part of its history.
     """
-    messages = Message.objects.filter(thread_id=run.thread_id)
-    if run.parent_run_id is None:
-        earlier = Q(created_at__lt=run.created_at) & (Q(run__isnull=True) | Q(run__parent_run__isnull=True))
-        messages = messages.filter(Q(run_id=run.pk) | earlier)
-    else:
-        messages = messages.filter(run_id=run.pk)
-    own_last = Case(When(run_id=run.pk, then=Value(1)), default=Value(0), output_field=IntegerField())
     history: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
-    for m in messages.order_by(own_last, "created_at", "id"):
+    own, top, tool_calls = _history_sql()
+    if run.parent_run_id is None:
+        created_at = prepared.table(Message).prep("created_at", run.created_at)
+        rows = prepared.fetch(top, [run.thread_id, run.pk, created_at, run.pk])
+    else:
+        rows = prepared.fetch(own, [run.thread_id, run.pk, run.pk])
+    for role, content, calls, tool_call_id, tool_name, tool_status in rows:
         history.append(
             {
-                "role": m.role,
-                "content": m.content,
-                "tool_calls": m.tool_calls,
-                "tool_call_id": m.tool_call_id,
-                "tool_name": m.tool_name,
-                "tool_status": m.tool_status,
+                "role": role,
+                "content": content,
+                "tool_calls": tool_calls(calls),
+                "tool_call_id": tool_call_id,
+                "tool_name": tool_name,
+                "tool_status": tool_status,
             }
         )
     return history
 
 
 def is_cancelled(run_id: str) -> bool:
-    return Run.objects.filter(pk=run_id, status=Run.Status.CANCELLED).exists()
+    runs = prepared.table(Run)
+    sql = f"SELECT 1 FROM {runs.name} WHERE {runs.column('id')} = %s AND {runs.column('status')} = %s"
+    return bool(prepared.fetch(sql, [run_id, Run.Status.CANCELLED]))
 
 
 def record_model_step(
@@ -142,7 +148,7 @@ def record_model_step(
     now = timezone.now()
     steps = []
     with transaction.atomic(savepoint=False):  # no savepoint in record_answer's transaction: nothing catches
-        Message.objects.create(
+        message = Message(
             id=message_id,
             thread_id=run.thread_id,
             run=run,
@@ -150,6 +156,7 @@ def record_model_step(
             content=text,
             tool_calls=calls or None,
         )
+        prepared.table(Message).insert([message])
         if text or not calls:
             steps.append(
                 RunStep(
@@ -191,10 +198,10 @@ def record_model_step(
                 usage=usage,  # hidden while the step is in progress (docs/runs.md#steps-and-statuses)
             )
             steps.append(tool_step)
-        RunStep.objects.bulk_create(steps)
+        prepared.table(RunStep).insert(steps)
         run.usage = add_usage(run.usage, usage)
         if flush:
-            log.flush_sync(step_count=F("step_count") + 1, usage=run.usage)
+            log.flush_sync(step_count=Added(1), usage=run.usage)
     run.step_count += 1
     return tool_step
 
@@ -251,15 +258,14 @@ def complete_run(run: Run, log: ChunkLog, *, release: bool = False, **run_fields
             return
         chunks, next_seq = log.take_buffer()
         # The run's next_seq goes with its completion; only a run that ended meanwhile needs its own UPDATE.
-        completed = (
-            log.run_row()
-            .exclude(status__in=Run.FINAL_STATUSES)
-            .update(status=Run.Status.COMPLETED, completed_at=timezone.now(), next_seq=next_seq, **run_fields)
+        completed = log.update_run(
+            {"status": Run.Status.COMPLETED, "completed_at": timezone.now(), "next_seq": next_seq, **run_fields},
+            unless_final=True,
         )
         if not completed:
             log.fenced_update(next_seq=next_seq, **run_fields)
-        RunChunk.objects.bulk_create(chunks)
-        Snapshot.objects.filter(run=run).delete()
+        log.write_chunks(chunks)
+        prepared.table(Snapshot).delete('"run_id" = %s', [run.pk])
         if completed:
             _record_final_event(outbox.RUN_COMPLETED, run.pk, run.agent_id)
     run.status = Run.Status.COMPLETED
@@ -274,7 +280,7 @@ def record_answer(
         record_model_step(
             run, log, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at, flush=False
         )
-        complete_run(run, log, release=release, step_count=F("step_count") + 1, usage=run.usage)
+        complete_run(run, log, release=release, step_count=Added(1), usage=run.usage)
 
 
 def finish_idle_run(run_id: str, agent_id: str) -> None:
@@ -308,20 +314,21 @@ def record_tool_result(
     if step.status == RunStep.Status.IN_PROGRESS and step_outputs_complete(step):
         step.status, step.completed_at = RunStep.Status.COMPLETED, timezone.now()
         fields += ["status", "completed_at"]
+    message = Message(
+        thread_id=run.thread_id,
+        run=run,
+        role=Message.Role.TOOL,
+        content=output,
+        tool_call_id=call["id"],
+        tool_name=call["name"],
+        tool_status=status,
+    )
     with transaction.atomic():
         log.flush_sync()
-        step.save(update_fields=fields)
-        Message.objects.create(
-            thread_id=run.thread_id,
-            run=run,
-            role=Message.Role.TOOL,
-            content=output,
-            tool_call_id=call["id"],
-            tool_name=call["name"],
-            tool_status=status,
-        )
+        prepared.table(RunStep).update(step, fields)
+        prepared.table(Message).insert([message])
         if decided:
-            SuspendedToolCall.objects.filter(run=run, tool_call_id=call["id"]).delete()
+            prepared.table(SuspendedToolCall).delete('"run_id" = %s AND "tool_call_id" = %s', [run.pk, call["id"]])
     return step.status == RunStep.Status.COMPLETED
 
 
@@ -425,7 +432,7 @@ def record_suspension(
                     setattr(row, key, value)
                 row.suspension += 1
                 row.save()
-        SuspendedToolCall.objects.bulk_create(created)
+        prepared.table(SuspendedToolCall).insert(created)
         # Written, or rewritten when the run already waits on other calls (one statement either way).
         snapshot_fields = {
             "agent_id": run.agent_id,
@@ -436,12 +443,8 @@ def record_suspension(
             "expires_at": expires_at,
             "step_id": step_id,
         }
-        Snapshot.objects.bulk_create(
-            [Snapshot(run=run, **snapshot_fields)],
-            update_conflicts=True,
-            unique_fields=["run"],
-            update_fields=["agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at", "step"],
-        )
+        snapshots = prepared.table(Snapshot)
+        snapshots.insert([Snapshot(run=run, **snapshot_fields)], suffix=_snapshot_upsert(snapshots))
         log.flush_sync(
             status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at, **(RELEASED if release else {})
         )
@@ -458,6 +461,15 @@ def record_suspension(
             )
         )
     run.status = Run.Status.SUSPENDED
+
+
+def _snapshot_upsert(snapshots: prepared.Table) -> str:
+    columns = [
+        snapshots.column(n)
+        for n in ("agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at", "step")
+    ]
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)
+    return f" ON CONFLICT ({snapshots.column('run')}) DO UPDATE SET {sets}"
 
 
 def suspended_run(run: Run, suspended_at: Any) -> SuspendedRun:
@@ -485,7 +497,7 @@ def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     # Sorted here, not by the query: a run has a few calls, and Django compiles the NULLS LAST ordering
     # over a join (and the deciding account's join, which nothing here reads) at a cost the worker
     # paid on every continuation (docs/performance.md, "Decision cycle and topology (third pass)").
-    calls = list(SuspendedToolCall.objects.filter(run_id=run_id).select_related("decision", "step"))
+    calls = _calls_with_decisions_and_steps(run_id)
     decided = sorted(
         ((c.decision.decided_at, c.position, c.id, c) for c in calls if c.decision is not None),
         key=lambda entry: entry[:3],
@@ -495,17 +507,40 @@ def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     )
 
 
+_WAITING: dict[str, str] = {}
+
+
+def _calls_with_decisions_and_steps(run_id: str) -> list[SuspendedToolCall]:
+    """The run's call records with their decisions and steps (``select_related``'s rows, by SQL written
+    once: every continuation reads them)."""
+    calls, decisions, steps = (prepared.table(m) for m in (SuspendedToolCall, Decision, RunStep))
+    vendor = prepared.connection().vendor
+    if vendor not in _WAITING:
+        decision_id, step_id, call_run = (f"{calls.name}.{calls.column(n)}" for n in ("decision", "step", "run"))
+        _WAITING[vendor] = (
+            f"SELECT {calls.select}, {decisions.select}, {steps.select} FROM {calls.name} "
+            f"LEFT OUTER JOIN {decisions.name} ON {decisions.name}.{decisions.column('id')} = {decision_id} "
+            f"INNER JOIN {steps.name} ON {steps.name}.{steps.column('id')} = {step_id} WHERE {call_run} = %s"
+        )
+    found = []
+    after_call, after_decision = len(calls.fields), len(calls.fields) + len(decisions.fields)
+    for row in prepared.fetch(_WAITING[vendor], [run_id]):
+        call = calls.instance(row)
+        call.decision = decisions.instance(row, after_call) if row[after_call] is not None else None
+        call.step = steps.instance(row, after_decision)
+        found.append(call)
+    return found
+
+
 def mark_executing(call: SuspendedToolCall) -> bool:
     """False if the call no longer waits to be carried out (its run was cancelled or expired meanwhile)."""
     # A retried continuation finds the call still ``executing`` and runs it again with the same
     # tool_call_id: the idempotency key that lets the tool apply its side effect once.
+    calls = prepared.table(SuspendedToolCall)
+    status = calls.column("status")
+    sql = f"UPDATE {calls.name} SET {status} = %s WHERE {calls.column('id')} = %s AND {status} IN (%s, %s)"
     carried_out = [SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
-    return (
-        SuspendedToolCall.objects.filter(pk=call.pk, status__in=carried_out).update(
-            status=SuspendedToolCall.Status.EXECUTING
-        )
-        == 1
-    )
+    return prepared.execute(sql, [SuspendedToolCall.Status.EXECUTING, call.pk, *carried_out]) == 1
 
 
 def pending_tool_step(run_id: str) -> RunStep | None:
@@ -530,21 +565,22 @@ def create_run(
 ) -> Run:
     """A queued run on its thread (a thread of its own when no memory is given), with its input."""
     thread_id = thread_id or new_id("thread")
+    run = Run(
+        agent_id=agent_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        parent_run_id=parent_run_id,
+        parent_tool_call_id=parent_tool_call_id,
+        metadata=metadata,
+        options=options,
+        started_by=started_by,
+        started_by_username=started_by.get_username() if started_by is not None else None,
+    )
     with transaction.atomic():
         # Created unless it exists (one statement, either way).
-        Thread.objects.bulk_create([Thread(id=thread_id, resource_id=resource_id)], ignore_conflicts=True)
-        run = Run.objects.create(
-            agent_id=agent_id,
-            thread_id=thread_id,
-            resource_id=resource_id,
-            parent_run_id=parent_run_id,
-            parent_tool_call_id=parent_tool_call_id,
-            metadata=metadata,
-            options=options,
-            started_by=started_by,
-            started_by_username=started_by.get_username() if started_by is not None else None,
-        )
-        Message.objects.bulk_create(
+        prepared.table(Thread).insert([Thread(id=thread_id, resource_id=resource_id)], suffix=" ON CONFLICT DO NOTHING")
+        prepared.table(Run).insert([run])
+        prepared.table(Message).insert(
             [Message(thread_id=thread_id, run=run, role=m["role"], content=m["content"]) for m in messages]
         )
     return run

@@ -1,0 +1,187 @@
+"""The decision cycle's statements as SQL written once, instead of a queryset compiled on every call.
+
+Django compiles a query anew each time it runs it, and builds model instances through the generic
+path; on the decision cycle (suspend → decide → continue) that was half of the engine's CPU
+(docs/performance.md, "Decision cycle and topology (third pass)" and its fourth pass). The hot
+statements use this module instead: their SQL text is built once per model and database, the
+parameters are adapted by the model's own fields (``get_db_prep_save``: the same JSON and datetime
+encoding as the ORM's), and rows come back through the fields' own converters into instances made
+with ``Model.from_db``, as the ORM makes them. The models written here have no ``save()`` of their own
+and no model signals, so the ORM and this module write the same rows.
+
+Only ``default`` is used (the engine has one database). SQL here is plain, portable SQL: PostgreSQL
+and SQLite (≥ 3.35 for ``RETURNING``) read the same text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import AutoField, Field, Model
+
+
+def connection() -> Any:
+    return connections[DEFAULT_DB_ALIAS]
+
+
+def execute(sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one statement; the number of rows it changed."""
+    with connection().cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    """Run one statement and read every row it returns (all of them: an ``UPDATE … RETURNING`` ends
+    only once its rows are read)."""
+    with connection().cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def quote(name: str | None) -> str:
+    """A table's or a column's name, quoted (a concrete field always has a column)."""
+    assert name is not None
+    return connection().ops.quote_name(name)
+
+
+class Table:
+    """One model's rows: inserted from instances, read into instances, by SQL built once per database.
+
+    ``columns`` / ``select``: the model's concrete fields in declaration order (``from_db``'s order);
+    ``prep(field, value)`` adapts a value for a column the way the ORM's save does.
+    """
+
+    _cache: dict[tuple[type[Model], str], Table] = {}
+
+    def __init__(self, model: type[Model], vendor: str) -> None:
+        self.model = model
+        self.vendor = vendor
+        meta = model._meta
+        self.name = quote(meta.db_table)
+        self.fields: list[Field] = list(meta.concrete_fields)
+        self.by_name: dict[str, Field] = {}
+        for f in self.fields:
+            self.by_name[f.name] = f
+            self.by_name[f.attname] = f
+        self.attnames = [f.attname for f in self.fields]
+        # Written: every concrete field but an auto-incremented key (the database numbers it).
+        self.written = [f for f in self.fields if not isinstance(f, AutoField)]
+        self.insert_head = f"INSERT INTO {self.name} ({', '.join(quote(f.column) for f in self.written)}) VALUES "
+        self.row_placeholder = "(" + ", ".join(["%s"] * len(self.written)) + ")"
+        self._sql: dict[tuple, str] = {}  # statements of this table, by shape
+        self.select = ", ".join(f"{self.name}.{quote(f.column)}" for f in self.fields)
+        db = connection()
+        self.converters: list[tuple[int, list, Any]] = []
+        for index, f in enumerate(self.fields):
+            col = f.get_col(meta.db_table)
+            found = db.ops.get_db_converters(col) + f.get_db_converters(db)
+            if found:
+                self.converters.append((index, found, col))
+
+    @classmethod
+    def of(cls, model: type[Model]) -> Table:
+        vendor = connection().vendor
+        key = (model, vendor)
+        table = cls._cache.get(key)
+        if table is None:
+            table = cls._cache[key] = cls(model, vendor)
+        return table
+
+    # --- values ---------------------------------------------------------------------------------
+    def prep(self, name: str, value: Any) -> Any:
+        return self.by_name[name].get_db_prep_save(value, connection())
+
+    def column(self, name: str) -> str:
+        return quote(self.by_name[name].column)
+
+    def set_clause(self, names: Iterable[str]) -> str:
+        return ", ".join(f"{self.column(n)} = %s" for n in names)
+
+    # --- writing --------------------------------------------------------------------------------
+    def insert(self, objs: Sequence[Model], *, suffix: str = "") -> int:
+        """INSERT the instances in one statement (their defaults were set when they were made).
+        ``suffix``: ``ON CONFLICT …``. The number of rows inserted."""
+        if not objs:
+            return 0
+        db = connection()
+        params: list[Any] = []
+        for obj in objs:
+            params += [f.get_db_prep_save(getattr(obj, f.attname), db) for f in self.written]
+            obj._state.adding = False
+            obj._state.db = DEFAULT_DB_ALIAS
+        sql = self.insert_head + ", ".join([self.row_placeholder] * len(objs)) + suffix
+        return execute(sql, params)
+
+    def update(self, obj: Model, names: Sequence[str]) -> int:
+        """UPDATE these fields of ``obj``'s row (``save(update_fields=…)`` without the signals, which
+        none of these models has). The number of rows changed."""
+        key = ("update", tuple(names))
+        sql = self._sql.get(key)
+        if sql is None:
+            sql = self._sql[key] = (
+                f"UPDATE {self.name} SET {self.set_clause(names)} WHERE {quote(self.model._meta.pk.column)} = %s"
+            )
+        db = connection()
+        params = [self.by_name[n].get_db_prep_save(getattr(obj, self.by_name[n].attname), db) for n in names]
+        return execute(sql, [*params, obj.pk])
+
+    def delete(self, where: str, params: Sequence[Any]) -> int:
+        """DELETE the rows ``where`` says (SQL on this table's columns, unqualified)."""
+        key = ("delete", where)
+        sql = self._sql.get(key)
+        if sql is None:
+            sql = self._sql[key] = f"DELETE FROM {self.name} WHERE {where}"
+        return execute(sql, params)
+
+    # --- reading --------------------------------------------------------------------------------
+    def rows(self, where: str, params: Sequence[Any], *, order: str = "", lock: bool = False) -> list[Any]:
+        """Instances of the rows ``where`` says (SQL on this table's columns, unqualified), in ``order``;
+        ``lock``: ``FOR UPDATE`` where the database has it (SQLite's writers serialise anyway)."""
+        key = ("rows", where, order, lock)
+        sql = self._sql.get(key)
+        if sql is None:
+            sql = f"SELECT {self.select} FROM {self.name} WHERE {where}"
+            if order:
+                sql += f" ORDER BY {order}"
+            if lock and connection().features.has_select_for_update:
+                sql += " FOR UPDATE"
+            self._sql[key] = sql
+        return [self.instance(row) for row in fetch(sql, params)]
+
+    def convert(self, row: Sequence[Any], offset: int = 0) -> list[Any]:
+        """The model's values from ``row[offset:offset + len(fields)]``, converted as the ORM does."""
+        values = list(row[offset : offset + len(self.fields)])
+        if self.converters:
+            db = connection()
+            for index, converters, col in self.converters:
+                value = values[index]
+                for converter in converters:
+                    value = converter(value, col, db)
+                values[index] = value
+        return values
+
+    def reader(self, name: str) -> Any:
+        """A function converting one column's value as read (``name``'s converters), for rows that are
+        not instances."""
+        f = self.by_name[name]
+        db = connection()
+        col = f.get_col(self.model._meta.db_table)
+        converters = db.ops.get_db_converters(col) + f.get_db_converters(db)
+
+        def read(value: Any) -> Any:
+            for converter in converters:
+                value = converter(value, col, db)
+            return value
+
+        return read
+
+    def instance(self, row: Sequence[Any], offset: int = 0) -> Any:
+        """A model instance from a row selected with ``select`` (at ``offset``)."""
+        return self.model.from_db(DEFAULT_DB_ALIAS, self.attnames, self.convert(row, offset))
+
+
+def table(model: type[Model]) -> Table:
+    return Table.of(model)
