@@ -54,13 +54,16 @@ def _update_sql(names: tuple[str, ...], added: frozenset[str], fenced: bool, unl
             sql += f" AND {runs.column('lease_owner')} = %s"
         if unless_final:
             sql += f" AND {runs.column('status')} NOT IN ({', '.join(['%s'] * len(Run.FINAL_STATUSES))})"
-        _UPDATES[key] = sql
+        _UPDATES[key] = sql = f"{sql} RETURNING {runs.column('status')}"
     return sql
 
 
-def update_run(run_id: str, fields: dict[str, Any], *, owner: str | None = None, unless_final: bool = False) -> int:
+def update_run(
+    run_id: str, fields: dict[str, Any], *, owner: str | None = None, unless_final: bool = False
+) -> str | None:
     """UPDATE one run's ``fields`` (values, or ``Added``), as long as ``owner`` holds its lease (when
-    given) and it is not final (``unless_final``). The number of rows changed (0 or 1)."""
+    given) and it is not final (``unless_final``). The run's status after it, or None when no row
+    changed."""
     runs = prepared.table(Run)
     names = tuple(fields)
     added = frozenset(n for n, v in fields.items() if isinstance(v, Added))
@@ -70,7 +73,8 @@ def update_run(run_id: str, fields: dict[str, Any], *, owner: str | None = None,
         params.append(owner)
     if unless_final:
         params += list(Run.FINAL_STATUSES)
-    return prepared.execute(_update_sql(names, added, owner is not None, unless_final), params)
+    rows = prepared.fetch(_update_sql(names, added, owner is not None, unless_final), params)
+    return rows[0][0] if rows else None
 
 
 def write_chunks(run_id: str, batch: list[LoggedChunk]) -> None:
@@ -129,6 +133,9 @@ class ChunkLog:
         self.buffer: list[LoggedChunk] = []
         self.held: list[Chunk] = []  # emitted, not handed to the sinks yet
         self.taken: list[LoggedChunk] = []  # taken by a write not known to have committed yet
+        # The run's status as the last fenced write left it (its UPDATE returns it): whether the run was
+        # cancelled meanwhile is known without a query of its own (``Segment._model_loop``).
+        self.status_written: str | None = None
 
     def emit(self, type_: ChunkType, payload: dict, *, hold: bool = False) -> Chunk:
         chunk: Chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": self.next_seq, "payload": payload}
@@ -160,16 +167,18 @@ class ChunkLog:
             self.fenced_update(next_seq=next_seq, **run_fields)
             write_chunks(self.run_id, batch)
 
-    def update_run(self, fields: dict[str, Any], *, unless_final: bool = False) -> int:
+    def update_run(self, fields: dict[str, Any], *, unless_final: bool = False) -> str | None:
         """UPDATE the run's row, as long as the writer holds its lease (and, ``unless_final``, the run
-        is not final); the number of rows changed."""
+        is not final); the run's status after it, None when no row changed."""
         return update_run(self.run_id, fields, owner=self.owner, unless_final=unless_final)
 
     def fenced_update(self, **fields: Any) -> None:
         """UPDATE the run's row; ``LeaseLost`` when the lease is another's (the caller's transaction
         then rolls back). First in a write, so that the row lock orders writers before their chunks."""
-        if not self.update_run(fields) and Run.objects.filter(pk=self.run_id).exists():
+        status = self.update_run(fields)
+        if status is None and Run.objects.filter(pk=self.run_id).exists():
             raise LeaseLost(self.run_id)
+        self.status_written = status
 
     def write_chunks(self, batch: list[LoggedChunk]) -> None:
         write_chunks(self.run_id, batch)

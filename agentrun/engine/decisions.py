@@ -24,8 +24,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from agentrun.core import access, claims, metrics, outbox, prepared, receipts, tracing
@@ -696,18 +696,43 @@ def _grant_still_trusted(grant: StandingGrant, run: Run) -> bool:
     return all(access.can_decide_agent(creator, agent_id) for agent_id in agent_ids)
 
 
+_LIVE_GRANTS: dict[str, str] = {}
+
+
 def matching_grant(run: Run, tool_name: str) -> StandingGrant | None:
     """The oldest live grant approving ``tool_name`` of this run's agent on its thread or resource whose
-    creator may still decide it."""
-    scopes = Q(scope=StandingGrant.Scope.THREAD, scope_id=run.thread_id)
-    if run.resource_id:
-        scopes |= Q(scope=StandingGrant.Scope.RESOURCE, scope_id=run.resource_id)
-    live = (
-        StandingGrant.objects.filter(scopes, agent_id=run.agent_id, tool_name=tool_name, revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-        .select_related("created_by")
-        .order_by("created_at", "id")
-    )
+    creator may still decide it. (Read on every call that waits for approval: SQL written once,
+    ``agentrun.core.prepared``.)"""
+    grants, users = prepared.table(StandingGrant), prepared.table(get_user_model())
+    vendor = prepared.connection().vendor
+    if vendor not in _LIVE_GRANTS:
+        g = grants.name
+        agent, tool, scope, scope_id, revoked, expires, created_by = (
+            f"{g}.{grants.column(n)}"
+            for n in ("agent_id", "tool_name", "scope", "scope_id", "revoked_at", "expires_at", "created_by")
+        )
+        _LIVE_GRANTS[vendor] = (
+            f"SELECT {grants.select}, {users.select} FROM {g} LEFT OUTER JOIN {users.name} "
+            f"ON {users.name}.{users.column('id')} = {created_by} WHERE {agent} = %s AND {tool} = %s "
+            f"AND {revoked} IS NULL AND ({expires} IS NULL OR {expires} > %s) "
+            f"AND (({scope} = %s AND {scope_id} = %s) OR ({scope} = %s AND {scope_id} = %s)) "
+            f"ORDER BY {g}.{grants.column('created_at')}, {g}.{grants.column('id')}"
+        )
+    params = [
+        run.agent_id,
+        tool_name,
+        grants.prep("expires_at", timezone.now()),
+        StandingGrant.Scope.THREAD,
+        run.thread_id,
+        StandingGrant.Scope.RESOURCE,
+        run.resource_id or None,  # no resource: no grant of a resource applies
+    ]
+    live = []
+    after = len(grants.fields)
+    for row in prepared.fetch(_LIVE_GRANTS[vendor], params):
+        grant = grants.instance(row)
+        grant.created_by = users.instance(row, after) if row[after] is not None else None
+        live.append(grant)
     return next((g for g in live if _grant_still_trusted(g, run)), None)
 
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -167,14 +168,20 @@ def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
 class RunLease:
     """``owner``: re-take a lease this process held before (a segment retried after an outage).
     ``drive``: the lease is taken for a segment, by ``take_run_to_drive`` (the run read, and started, by
-    the same statement; the run is ``loaded``). ``released``: the holder's last write released it
-    already (its UPDATE cleared the lease: ``RELEASED``), so leaving costs no statement."""
+    the same statement; the run is ``loaded``), then ``then(run)`` reads what else the segment needs
+    first, in the same trip to the database thread (its result is ``read``). ``released``: the
+    holder's last write released it already (its UPDATE cleared the lease: ``RELEASED``), so leaving
+    costs no statement."""
 
-    def __init__(self, run_id: str, owner: str | None = None, *, drive: bool = False) -> None:
+    def __init__(
+        self, run_id: str, owner: str | None = None, *, drive: bool = False, then: Callable[[Run], Any] | None = None
+    ) -> None:
         self.run_id = run_id
         self.owner = owner or new_lease_owner()
         self.drive = drive
+        self.then = then
         self.loaded: Any = None
+        self.read: Any = None
         self.released = False
         self._heartbeat: asyncio.Task | None = None
 
@@ -182,6 +189,8 @@ class RunLease:
         recover_connection()  # a connection broken by a database restart is replaced
         if self.drive:
             self.loaded = take_run_to_drive(self.run_id, self.owner)
+            if self.loaded is not None and self.then is not None:
+                self.read = self.then(self.loaded)
             return self.loaded is not None
         return acquire_lease(self.run_id, self.owner)
 

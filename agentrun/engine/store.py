@@ -50,15 +50,27 @@ def output_text(result: Any) -> str:
     return result if isinstance(result, str) else json.dumps(result, default=str)
 
 
-def needs_driving(run: Run) -> bool:
-    """A continuation has something to do: the run is not final, and not merely waiting for people."""
+def needs_driving(run: Run, calls: list[SuspendedToolCall]) -> bool:
+    """A continuation has something to do: the run is not final, and not merely waiting for people.
+    ``calls``: the run's call records (``waiting_calls``)."""
     if run.is_final:
         return False
     if run.status == Run.Status.SUSPENDED:
-        return SuspendedToolCall.objects.filter(
-            run_id=run.pk, status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
-        ).exists()
+        return any(c.status != SuspendedToolCall.Status.OPEN for c in calls)
     return True
+
+
+def calls_to_carry_out(run: Run) -> tuple[list[SuspendedToolCall], int | None]:
+    """What a continuation reads once it holds the lease (in the same trip to the database thread): the
+    run's call records (``waiting_calls``), and the first decided one marked executing (its id), as
+    ``Segment._apply_decisions`` would do next. Nothing for a run that is final or just started."""
+    if run.is_final or getattr(run, "started_now", False):
+        return [], None
+    calls = waiting_calls(run.pk)
+    first = next((c for c in calls if c.status != SuspendedToolCall.Status.OPEN), None)
+    if first is None or not mark_executing(first):
+        return calls, None
+    return calls, first.pk
 
 
 def run_exists(run_id: str) -> bool:
@@ -121,6 +133,12 @@ def load_history(run: Run, instructions: str) -> list[dict]:
             }
         )
     return history
+
+
+def flush_and_load_history(log: ChunkLog, run: Run, instructions: str) -> list[dict]:
+    """Before a model call: the log flushed, and the history read (one trip to the database thread)."""
+    log.flush_sync()
+    return load_history(run, instructions)
 
 
 def is_cancelled(run_id: str) -> bool:
@@ -246,10 +264,13 @@ def fail_run_sync(run: Run, error: dict, log: ChunkLog | None = None) -> None:
     run.status = Run.Status.FAILED
 
 
-def complete_run(run: Run, log: ChunkLog, *, release: bool = False, **run_fields: Any) -> None:
+def complete_run(run: Run, log: ChunkLog, *, release: bool = False, snapshot: bool = True, **run_fields: Any) -> None:
     """The turn answered. The run completes, unless an until_idle stream still waits for its background
     tasks: then it stays ``in_progress`` until the stream's last continuation turn. ``run_fields`` go in
-    the same UPDATE of the run; ``release``: so does releasing the lease (the segment ends here)."""
+    the same UPDATE of the run; ``release``: so does releasing the lease (the segment ends here).
+    ``snapshot``: the run may still have a snapshot to remove. False when the run has not waited since
+    its segment began (it was not suspended then, and did not suspend since): every change out of
+    ``suspended`` removes the snapshot in its own transaction, so there is none (one statement less)."""
     if release:
         run_fields |= RELEASED
     with transaction.atomic(savepoint=False):
@@ -265,22 +286,32 @@ def complete_run(run: Run, log: ChunkLog, *, release: bool = False, **run_fields
         if not completed:
             log.fenced_update(next_seq=next_seq, **run_fields)
         log.write_chunks(chunks)
-        prepared.table(Snapshot).delete('"run_id" = %s', [run.pk])
+        if snapshot:
+            prepared.table(Snapshot).delete('"run_id" = %s', [run.pk])
         if completed:
             _record_final_event(outbox.RUN_COMPLETED, run.pk, run.agent_id)
     run.status = Run.Status.COMPLETED
 
 
 def record_answer(
-    run: Run, log: ChunkLog, *, message_id: str, text: str, usage: dict, started_at: Any, release: bool = False
+    run: Run,
+    log: ChunkLog,
+    *,
+    message_id: str,
+    text: str,
+    usage: dict,
+    started_at: Any,
+    release: bool = False,
+    snapshot: bool = True,
 ) -> None:
     """The model answered without tools: its step and the run's completion commit together, the run's
-    step count, usage, status and ``next_seq`` (and the lease, ``release``) in one UPDATE."""
+    step count, usage, status and ``next_seq`` (and the lease, ``release``) in one UPDATE. ``snapshot``:
+    as ``complete_run``'s."""
     with transaction.atomic():
         record_model_step(
             run, log, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at, flush=False
         )
-        complete_run(run, log, release=release, step_count=Added(1), usage=run.usage)
+        complete_run(run, log, release=release, snapshot=snapshot, step_count=Added(1), usage=run.usage)
 
 
 def finish_idle_run(run_id: str, agent_id: str) -> None:
