@@ -16,6 +16,7 @@ and SQLite (≥ 3.35 for ``RETURNING``) read the same text.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -39,6 +40,67 @@ def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
     with connection().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+# --- one statement per write ---------------------------------------------------------------------
+# On PostgreSQL a write of several statements is sent as one: a data-modifying WITH whose first part
+# (an UPDATE … RETURNING, ``fenced``) decides whether the others happen — each of them runs only if
+# the first returned a row (``WHERE EXISTS (SELECT 1 FROM first)``). One statement is atomic on its
+# own: no BEGIN and COMMIT around it, one round trip instead of N + 2. SQLite has no data-modifying
+# WITH: there the caller runs the statements one after the other in its transaction.
+GATE = "first"
+ONE_STATEMENT_VENDORS = {"postgresql"}
+
+
+def one_statement() -> bool:
+    """Whether a write of several statements is sent as one (``run_gated``) on this database."""
+    return connection().vendor in ONE_STATEMENT_VENDORS
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One statement of a write: ``sql``, and ``gated``, the same run only if the write's first part
+    returned a row (PostgreSQL, inside ``run_gated``'s WITH)."""
+
+    sql: str
+    params: Sequence[Any]
+    gated: str = ""
+
+
+def run_gated(first: Statement, rest: Sequence[Statement]) -> list[tuple]:
+    """Run ``first`` (which returns rows), then ``rest`` if it returned any; the rows of ``first``.
+    One statement where ``one_statement()``; else in order (the caller holds a transaction)."""
+    if not rest:
+        return fetch(first.sql, first.params)
+    if not one_statement():
+        rows = fetch(first.sql, first.params)
+        if rows:
+            for statement in rest:
+                execute(statement.sql, statement.params)
+        return rows
+    parts = [f"{GATE} AS ({first.sql})", *(f"w{i} AS ({s.gated})" for i, s in enumerate(rest))]
+    params = [*first.params]
+    for statement in rest:
+        params += statement.params
+    return fetch(f"WITH {', '.join(parts)} SELECT * FROM {GATE}", params)
+
+
+def run_together(statements: Sequence[Statement]) -> None:
+    """Run writes that do not depend on each other (different rows), inside the caller's transaction:
+    one statement where ``one_statement()`` (each a part of a WITH, the last the main one), else in
+    order."""
+    if len(statements) > 1 and one_statement():
+        parts = ", ".join(f"w{i} AS ({s.sql})" for i, s in enumerate(statements[:-1]))
+        params: list[Any] = []
+        for statement in statements:
+            params += statement.params
+        execute(f"WITH {parts} {statements[-1].sql}", params)
+        return
+    for statement in statements:
+        execute(statement.sql, statement.params)
+
+
+_GATED = f" EXISTS (SELECT 1 FROM {GATE})"
 
 
 def quote(name: str | None) -> str:
@@ -71,7 +133,9 @@ class Table:
         self.written = [f for f in self.fields if not isinstance(f, AutoField)]
         self.insert_head = f"INSERT INTO {self.name} ({', '.join(quote(f.column) for f in self.written)}) VALUES "
         self.row_placeholder = "(" + ", ".join(["%s"] * len(self.written)) + ")"
+        self.insert_head_select = f"INSERT INTO {self.name} ({', '.join(quote(f.column) for f in self.written)}) "
         self._sql: dict[tuple, str] = {}  # statements of this table, by shape
+        self._statements: dict[tuple, tuple[str, str]] = {}  # (plain, gated), by shape
         self.select = ", ".join(f"{self.name}.{quote(f.column)}" for f in self.fields)
         db = connection()
         self.converters: list[tuple[int, list, Any]] = []
@@ -101,40 +165,63 @@ class Table:
         return ", ".join(f"{self.column(n)} = %s" for n in names)
 
     # --- writing --------------------------------------------------------------------------------
-    def insert(self, objs: Sequence[Model], *, suffix: str = "") -> int:
-        """INSERT the instances in one statement (their defaults were set when they were made).
-        ``suffix``: ``ON CONFLICT …``. The number of rows inserted."""
-        if not objs:
-            return 0
+    def insert_statement(self, objs: Sequence[Model], *, suffix: str = "") -> Statement:
+        """The INSERT of the instances, in one statement (their defaults were set when they were made);
+        ``suffix``: ``ON CONFLICT …``."""
         db = connection()
         params: list[Any] = []
         for obj in objs:
             params += [f.get_db_prep_save(getattr(obj, f.attname), db) for f in self.written]
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
-        sql = self.insert_head + ", ".join([self.row_placeholder] * len(objs)) + suffix
-        return execute(sql, params)
+        key = ("insert", len(objs), suffix)
+        sqls = self._statements.get(key)
+        if sqls is None:
+            rows = ", ".join([self.row_placeholder] * len(objs))
+            # Gated, the values are a SELECT: typed placeholders (as the columns' types without a length,
+            # so that a value too long still fails as it would in VALUES).
+            typed = "(" + ", ".join(f"%s::{f.cast_db_type(db)}" for f in self.written) + ")"
+            select = f"SELECT v.* FROM (VALUES {', '.join([typed] * len(objs))}) AS v WHERE{_GATED}"
+            sqls = self._statements[key] = (self.insert_head + rows + suffix, self.insert_head_select + select + suffix)
+        return Statement(sqls[0], params, sqls[1])
 
-    def update(self, obj: Model, names: Sequence[str]) -> int:
-        """UPDATE these fields of ``obj``'s row (``save(update_fields=…)`` without the signals, which
-        none of these models has). The number of rows changed."""
+    def insert(self, objs: Sequence[Model], *, suffix: str = "") -> int:
+        """INSERT the instances in one statement; the number of rows inserted."""
+        if not objs:
+            return 0
+        statement = self.insert_statement(objs, suffix=suffix)
+        return execute(statement.sql, statement.params)
+
+    def update_statement(self, obj: Model, names: Sequence[str]) -> Statement:
+        """The UPDATE of these fields of ``obj``'s row (``save(update_fields=…)`` without the signals,
+        which none of these models has)."""
         key = ("update", tuple(names))
-        sql = self._sql.get(key)
-        if sql is None:
-            sql = self._sql[key] = (
-                f"UPDATE {self.name} SET {self.set_clause(names)} WHERE {quote(self.model._meta.pk.column)} = %s"
-            )
+        sqls = self._statements.get(key)
+        if sqls is None:
+            sql = f"UPDATE {self.name} SET {self.set_clause(names)} WHERE {quote(self.model._meta.pk.column)} = %s"
+            sqls = self._statements[key] = (sql, f"{sql} AND{_GATED}")
         db = connection()
         params = [self.by_name[n].get_db_prep_save(getattr(obj, self.by_name[n].attname), db) for n in names]
-        return execute(sql, [*params, obj.pk])
+        return Statement(sqls[0], [*params, obj.pk], sqls[1])
+
+    def delete_statement(self, where: str, params: Sequence[Any]) -> Statement:
+        """The DELETE of the rows ``where`` says (SQL on this table's columns, unqualified)."""
+        key = ("delete", where)
+        sqls = self._statements.get(key)
+        if sqls is None:
+            sql = f"DELETE FROM {self.name} WHERE {where}"
+            sqls = self._statements[key] = (sql, f"{sql} AND{_GATED}")
+        return Statement(sqls[0], params, sqls[1])
+
+    def update(self, obj: Model, names: Sequence[str]) -> int:
+        """UPDATE these fields of ``obj``'s row; the number of rows changed."""
+        statement = self.update_statement(obj, names)
+        return execute(statement.sql, statement.params)
 
     def delete(self, where: str, params: Sequence[Any]) -> int:
-        """DELETE the rows ``where`` says (SQL on this table's columns, unqualified)."""
-        key = ("delete", where)
-        sql = self._sql.get(key)
-        if sql is None:
-            sql = self._sql[key] = f"DELETE FROM {self.name} WHERE {where}"
-        return execute(sql, params)
+        """DELETE the rows ``where`` says; the number of rows deleted."""
+        statement = self.delete_statement(where, params)
+        return execute(statement.sql, statement.params)
 
     # --- reading --------------------------------------------------------------------------------
     def rows(self, where: str, params: Sequence[Any], *, order: str = "", lock: bool = False) -> list[Any]:

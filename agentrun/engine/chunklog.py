@@ -5,6 +5,7 @@ the end of a segment. Only the holder of the run's lease writes it (``engine/lea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -41,7 +42,8 @@ _UPDATES: dict[tuple, str] = {}
 
 
 def _update_sql(names: tuple[str, ...], added: frozenset[str], fenced: bool, unless_final: bool) -> str:
-    """The UPDATE of one run's columns, written once per shape (``agentrun.core.prepared``)."""
+    """The UPDATE of one run's columns, returning its status, written once per shape
+    (``agentrun.core.prepared``)."""
     key = (prepared.connection().vendor, names, added, fenced, unless_final)
     sql = _UPDATES.get(key)
     if sql is None:
@@ -58,31 +60,35 @@ def _update_sql(names: tuple[str, ...], added: frozenset[str], fenced: bool, unl
     return sql
 
 
-def update_run(
-    run_id: str, fields: dict[str, Any], *, owner: str | None = None, unless_final: bool = False
-) -> str | None:
-    """UPDATE one run's ``fields`` (values, or ``Added``), as long as ``owner`` holds its lease (when
-    given) and it is not final (``unless_final``). The run's status after it, or None when no row
-    changed."""
+def _update_params(run_id: str, fields: dict[str, Any], owner: str | None, unless_final: bool) -> list[Any]:
     runs = prepared.table(Run)
-    names = tuple(fields)
-    added = frozenset(n for n, v in fields.items() if isinstance(v, Added))
     params = [v.amount if isinstance(v, Added) else runs.prep(n, v) for n, v in fields.items()]
     params.append(run_id)
     if owner is not None:
         params.append(owner)
     if unless_final:
         params += list(Run.FINAL_STATUSES)
-    rows = prepared.fetch(_update_sql(names, added, owner is not None, unless_final), params)
+    return params
+
+
+def _shape(fields: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[str]]:
+    return tuple(fields), frozenset(n for n, v in fields.items() if isinstance(v, Added))
+
+
+def update_run(
+    run_id: str, fields: dict[str, Any], *, owner: str | None = None, unless_final: bool = False
+) -> str | None:
+    """UPDATE one run's ``fields`` (values, or ``Added``), as long as ``owner`` holds its lease (when
+    given) and it is not final (``unless_final``). The run's status after it, or None when no row
+    changed."""
+    sql = _update_sql(*_shape(fields), owner is not None, unless_final)
+    rows = prepared.fetch(sql, _update_params(run_id, fields, owner, unless_final))
     return rows[0][0] if rows else None
 
 
-def write_chunks(run_id: str, batch: list[LoggedChunk]) -> None:
-    """INSERT the batch in one statement."""
-    if not batch:
-        return
+def _chunk_params(run_id: str, batch: list[LoggedChunk]) -> list[Any]:
     chunks = prepared.table(RunChunk)
-    prep_payload, prep_created = chunks.by_name["payload"], chunks.by_name["created_at"]
+    payload, created_at = chunks.by_name["payload"], chunks.by_name["created_at"]
     db = prepared.connection()
     params: list[Any] = []
     for chunk in batch:
@@ -90,12 +96,50 @@ def write_chunks(run_id: str, batch: list[LoggedChunk]) -> None:
             run_id,
             chunk.seq,
             chunk.type,
-            prep_payload.get_db_prep_save(chunk.payload, db),
-            prep_created.get_db_prep_save(chunk.created_at, db),
+            payload.get_db_prep_save(chunk.payload, db),
+            created_at.get_db_prep_save(chunk.created_at, db),
         ]
-    columns = ", ".join(chunks.column(n) for n in ("run_id", "seq", "type", "payload", "created_at"))
+    return params
+
+
+def _chunk_columns() -> str:
+    chunks = prepared.table(RunChunk)
+    return ", ".join(chunks.column(n) for n in ("run_id", "seq", "type", "payload", "created_at"))
+
+
+def _chunks_statement(run_id: str, batch: list[LoggedChunk]) -> prepared.Statement:
+    """The INSERT of the batch, in one statement (gated: as ``prepared.run_gated`` runs it)."""
+    name = prepared.table(RunChunk).name
     rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(batch))
-    prepared.execute(f"INSERT INTO {chunks.name} ({columns}) VALUES {rows}", params)
+    typed = ", ".join(["(%s, %s::integer, %s, %s::jsonb, %s::timestamptz)"] * len(batch))
+    return prepared.Statement(
+        f"INSERT INTO {name} ({_chunk_columns()}) VALUES {rows}",
+        _chunk_params(run_id, batch),
+        f"INSERT INTO {name} ({_chunk_columns()}) SELECT v.* FROM (VALUES {typed}) AS v "
+        f"WHERE EXISTS (SELECT 1 FROM {prepared.GATE})",
+    )
+
+
+def write_run_and_chunks(
+    run_id: str,
+    fields: dict[str, Any],
+    batch: list[LoggedChunk],
+    *,
+    owner: str | None = None,
+    unless_final: bool = False,
+    also: Sequence[prepared.Statement] = (),
+) -> str | None:
+    """UPDATE the run (``update_run``) and, if that changed its row, INSERT the batch and run ``also``
+    (the rest of the write): one statement on PostgreSQL (``prepared.run_gated``), in order elsewhere
+    (the caller holds a transaction). The run's status after it, or None when no row changed (then
+    nothing was written)."""
+    first = prepared.Statement(
+        _update_sql(*_shape(fields), owner is not None, unless_final),
+        _update_params(run_id, fields, owner, unless_final),
+    )
+    rest = [_chunks_statement(run_id, batch)] if batch else []
+    rows = prepared.run_gated(first, [*rest, *also])
+    return rows[0][0] if rows else None
 
 
 # --- the chunk log --------------------------------------------------------------------------------
@@ -155,33 +199,47 @@ class ChunkLog:
     def full(self) -> bool:
         return len(self.buffer) >= self.BATCH
 
-    def flush_sync(self, **run_fields: Any) -> None:
+    def flush_sync(self, also: Sequence[prepared.Statement] = (), **run_fields: Any) -> None:
         """Write the buffered chunks and the run's ``next_seq``; ``run_fields`` go in the same UPDATE, so
         a state change that commits the chunks emitted before it costs no extra round trip."""
-        if not self.buffer and not run_fields:
+        if not self.buffer and not run_fields and not also:
             return
         batch, next_seq = self.take_buffer()
+        if prepared.one_statement():  # atomic on its own
+            self.fenced_write({"next_seq": next_seq, **run_fields}, batch, also)
+            return
         # No savepoint inside a caller's transaction: nothing catches a failure here, which fails the
         # caller's transaction anyway.
         with transaction.atomic(savepoint=False):
-            self.fenced_update(next_seq=next_seq, **run_fields)
-            write_chunks(self.run_id, batch)
+            self.fenced_write({"next_seq": next_seq, **run_fields}, batch, also)
 
-    def update_run(self, fields: dict[str, Any], *, unless_final: bool = False) -> str | None:
+    def write(
+        self,
+        fields: dict[str, Any],
+        batch: list[LoggedChunk],
+        also: Sequence[prepared.Statement] = (),
+        *,
+        unless_final: bool = False,
+    ) -> str | None:
         """UPDATE the run's row, as long as the writer holds its lease (and, ``unless_final``, the run
-        is not final); the run's status after it, None when no row changed."""
-        return update_run(self.run_id, fields, owner=self.owner, unless_final=unless_final)
+        is not final), then, if it did, INSERT the batch and run ``also`` (``write_run_and_chunks``);
+        the run's status after it, None when nothing was written."""
+        return write_run_and_chunks(self.run_id, fields, batch, owner=self.owner, unless_final=unless_final, also=also)
 
-    def fenced_update(self, **fields: Any) -> None:
-        """UPDATE the run's row; ``LeaseLost`` when the lease is another's (the caller's transaction
-        then rolls back). First in a write, so that the row lock orders writers before their chunks."""
-        status = self.update_run(fields)
+    def fenced_write(
+        self, fields: dict[str, Any], batch: list[LoggedChunk], also: Sequence[prepared.Statement] = ()
+    ) -> None:
+        """UPDATE the run's row and INSERT the batch; ``LeaseLost`` when the lease is another's (nothing
+        was written; the caller's transaction then rolls back). The UPDATE comes first in a write, so
+        that the row lock orders writers before their chunks."""
+        status = self.write(fields, batch, also)
         if status is None and Run.objects.filter(pk=self.run_id).exists():
             raise LeaseLost(self.run_id)
         self.status_written = status
 
-    def write_chunks(self, batch: list[LoggedChunk]) -> None:
-        write_chunks(self.run_id, batch)
+    def fenced_update(self, **fields: Any) -> None:
+        """``fenced_write`` without chunks."""
+        self.fenced_write(fields, [])
 
     def take_buffer(self) -> tuple[list[LoggedChunk], int]:
         """The chunks to write, and the run's next_seq once they are written (the caller writes both)."""

@@ -308,10 +308,7 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
     requests = command.requests
     # No savepoint: every error here fails the whole decision (record_decisions).
     with transaction.atomic(savepoint=False):
-        # The run locked and its open calls read by SQL written once (agentrun.core.prepared): this
-        # transaction is on every decision's path.
-        found = prepared.table(Run).rows('"id" = %s AND "agent_id" = %s', [command.run_id, command.agent_id], lock=True)
-        run = found[0] if found else None
+        run, open_calls = _locked_run_and_open_calls(command.run_id, command.agent_id)
         if run is None:
             raise AgentRunError("RUN_NOT_FOUND", f"No run {command.run_id} for agent {command.agent_id}.")
         if run.status == Run.Status.SUSPENDED and run.expires_at is not None and run.expires_at <= timezone.now():
@@ -321,16 +318,16 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
             surfacing = _surfacing_call(run, requests[0].tool_call_id)
             if surfacing is not None:
                 return _record_on_surfacing_call(run, surfacing, command)
-        open_calls = prepared.table(SuspendedToolCall).rows(
-            '"run_id" = %s AND "status" = %s', [run.pk, SuspendedToolCall.Status.OPEN], order='"position", "id"'
-        )
         decisions: list[Decision] = []
+        # The decision's writes (its rows, the calls', the run's) are sent together once every rule
+        # was checked (one statement on PostgreSQL), then the decisions sealed.
+        writes: list[prepared.Statement] = []
         decided_ids: list[str] = []
         approvals: dict[str, dict] = {}
         for index, request in enumerate(requests):
             try:
                 call = _open_call(run, open_calls, request.tool_call_id)
-                decision, progress = _decide_call(run, call, request, command.decider)
+                decision, progress = _decide_call(run, call, request, command.decider, writes)
             except AgentRunError as exc:
                 raise _indexed(exc, index if command.batch else None) from None
             decisions.append(decision)
@@ -343,8 +340,11 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
         if completed and not open_calls:
             # The last open call is decided: the run stops waiting, its snapshot goes.
             run.status = Run.Status.IN_PROGRESS
-            prepared.table(Run).update(run, ["status"])
-            prepared.table(Snapshot).delete('"run_id" = %s', [run.pk])
+            writes.append(prepared.table(Run).update_statement(run, ["status"]))
+            writes.append(prepared.table(Snapshot).delete_statement('"run_id" = %s', [run.pk]))
+        prepared.run_together(writes)
+        for decision in decisions:
+            receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
         for decision in decisions:
             _record_decided_event(run, decision, approvals.get(decision.tool_call_id))
         transaction.on_commit(lambda: _notify_decided(run, decisions))
@@ -358,6 +358,33 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
             continue_run_id=run.id if completed else "",
             approvals=approvals,
         )
+
+
+_LOCKED: dict[str, str] = {}
+
+
+def _locked_run_and_open_calls(run_id: str, agent_id: str) -> tuple[Run | None, list[SuspendedToolCall]]:
+    """The run, locked (``FOR UPDATE`` where the database has it: SQLite's writers serialise anyway),
+    with its open calls in (position, id) order: one statement, written once (agentrun.core.prepared),
+    on every decision's path."""
+    runs, calls = prepared.table(Run), prepared.table(SuspendedToolCall)
+    vendor = prepared.connection().vendor
+    if vendor not in _LOCKED:
+        r, c = runs.name, calls.name
+        sql = (
+            f"SELECT {runs.select}, {calls.select} FROM {r} LEFT OUTER JOIN {c} "
+            f"ON {c}.{calls.column('run')} = {r}.{runs.column('id')} AND {c}.{calls.column('status')} = %s "
+            f"WHERE {r}.{runs.column('id')} = %s AND {r}.{runs.column('agent_id')} = %s "
+            f"ORDER BY {c}.{calls.column('position')}, {c}.{calls.column('id')}"
+        )
+        if prepared.connection().features.has_select_for_update_of:
+            sql += f" FOR UPDATE OF {r}"
+        _LOCKED[vendor] = sql
+    rows = prepared.fetch(_LOCKED[vendor], [SuspendedToolCall.Status.OPEN, run_id, agent_id])
+    if not rows:
+        return None, []
+    after = len(runs.fields)
+    return runs.instance(rows[0]), [calls.instance(row, after) for row in rows if row[after] is not None]
 
 
 def _open_call(run: Run, open_calls: list[SuspendedToolCall], tool_call_id: str | None) -> SuspendedToolCall:
@@ -377,10 +404,11 @@ def _open_call(run: Run, open_calls: list[SuspendedToolCall], tool_call_id: str 
 
 
 def _decide_call(
-    run: Run, call: SuspendedToolCall, request: DecisionRequest, decider: Decider
+    run: Run, call: SuspendedToolCall, request: DecisionRequest, decider: Decider, writes: list[prepared.Statement]
 ) -> tuple[Decision, dict | None]:
-    """Check one decision against its open call under every rule, and record it (the run is locked by
-    the caller). Returns the decision and, for a call that needs several approvals, the progress."""
+    """Check one decision against its open call under every rule, and make its record (the run is
+    locked by the caller): its writes are added to ``writes``, which the caller runs, then seals the
+    decision. Returns the decision and, for a call that needs several approvals, the progress."""
     kind = request.kind
     if call.inner_agent_id:
         # Deciding a surfaced sub-agent call runs the sub-agent's tool: its reviewers' call too.
@@ -451,17 +479,19 @@ def _decide_call(
         decided_by_username=decider.username,
         details=details,
         completes=completes,
+        writes=writes,
     )
     if progress is not None:
         progress_given.append({"decidedBy": decision.decided_by_username, "decidedAt": iso(decision.decided_at)})
     if completes:
         call.status = SuspendedToolCall.Status.DECIDED
         call.decision = decision
-        prepared.table(SuspendedToolCall).update(call, ["status", "decision", *claims.clear_on_decision(call)])
+        fields = ["status", "decision", *claims.clear_on_decision(call)]
+        writes.append(prepared.table(SuspendedToolCall).update_statement(call, fields))
     elif edited_args is not None:
         # The next approver sees, and approves, this edit: the count started again with it.
         call.pending_args = edited_args
-        prepared.table(SuspendedToolCall).update(call, ["pending_args"])
+        writes.append(prepared.table(SuspendedToolCall).update_statement(call, ["pending_args"]))
     return decision, progress
 
 
@@ -550,12 +580,14 @@ def _create_decision(
     via: str,
     inner: SuspendedToolCall | None | bool = True,
     shown_fingerprint: str | None = None,
+    writes: list[prepared.Statement] | None = None,
     **fields: Any,
 ) -> Decision:
     """The audit record of one decision on one suspension of a call — every decision on a waiting call
     is created here (a person's, a policy's, expiry's): with the risk and the arguments the call showed
     (a surfaced sub-agent call's inner call), and counted for /metrics. ``inner`` / ``shown_fingerprint``:
-    given when the caller read them already (True: read them here)."""
+    given when the caller read them already (True: read them here). ``writes``: its INSERT is added
+    there, for the caller to run and then seal the decision; else it is inserted and sealed here."""
     if inner is True:
         inner = inner_call(call)
     inner = inner or None
@@ -575,8 +607,12 @@ def _create_decision(
         **_inner_fields(call, inner),
         **fields,
     )
-    prepared.table(Decision).insert([decision])
-    receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
+    insert = prepared.table(Decision).insert_statement([decision])
+    if writes is not None:
+        writes.append(insert)
+    else:
+        prepared.execute(insert.sql, insert.params)
+        receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
     _count(decision)
     return decision
 

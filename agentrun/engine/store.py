@@ -8,6 +8,7 @@ run's state records its outbox event (``agentrun.core.outbox``) in the same tran
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -38,6 +39,16 @@ from agentrun.engine.types import OpenCall
 # What a segment's last write sets, with the state it ends in, to release the run's lease in the same
 # UPDATE (``RunLease.released``; docs/performance.md, "Decision cycle and topology (third pass)").
 RELEASED = {"lease_owner": None, "lease_expires_at": None}
+
+
+def one_write(*, event: str | None = None, agent_id: str = "") -> Any:
+    """The transaction of a write that ``ChunkLog.flush_sync`` sends with its ``also`` statements: none
+    where that is one statement (``prepared.one_statement``: atomic on its own, one round trip instead
+    of BEGIN, N statements and COMMIT), unless the write records an outbox ``event`` that a listener
+    wants (the event is written in the change's transaction)."""
+    if prepared.one_statement() and (event is None or not outbox.wanted(event, agent_id)):
+        return contextlib.nullcontext()
+    return transaction.atomic()
 
 
 def add_usage(a: dict | None, b: dict | None) -> dict:
@@ -147,79 +158,78 @@ def is_cancelled(run_id: str) -> bool:
     return bool(prepared.fetch(sql, [run_id, Run.Status.CANCELLED]))
 
 
-def record_model_step(
-    run: Run,
-    log: ChunkLog,
-    *,
-    message_id: str,
-    text: str,
-    calls: list[dict],
-    usage: dict,
-    started_at: Any,
-    flush: bool = True,
-) -> RunStep | None:
-    """Persist one model call: its message, a ``message_creation`` step and/or a ``tool_calls`` step.
-
-    Returns the tool_calls step (in progress) when the model asked for tools. ``flush=False``: the
-    caller's next UPDATE of the run carries its step count and usage (``record_answer``).
-    """
+def model_step_rows(
+    run: Run, *, message_id: str, text: str, calls: list[dict], usage: dict, started_at: Any
+) -> tuple[list[prepared.Statement], RunStep | None]:
+    """The rows of one model call: its message, a ``message_creation`` step and/or a ``tool_calls``
+    step (the INSERTs, and the tool_calls step, in progress, when the model asked for tools). The
+    run's usage is added to (its UPDATE carries it)."""
     now = timezone.now()
+    message = Message(
+        id=message_id,
+        thread_id=run.thread_id,
+        run=run,
+        role=Message.Role.ASSISTANT,
+        content=text,
+        tool_calls=calls or None,
+    )
     steps = []
-    with transaction.atomic(savepoint=False):  # no savepoint in record_answer's transaction: nothing catches
-        message = Message(
-            id=message_id,
-            thread_id=run.thread_id,
-            run=run,
-            role=Message.Role.ASSISTANT,
-            content=text,
-            tool_calls=calls or None,
-        )
-        prepared.table(Message).insert([message])
-        if text or not calls:
-            steps.append(
-                RunStep(
-                    run=run,
-                    agent_id=run.agent_id,
-                    thread_id=run.thread_id,
-                    type=RunStep.Type.MESSAGE_CREATION,
-                    status=RunStep.Status.COMPLETED,
-                    step_details={"type": "message_creation", "messageCreation": {"messageId": message_id}},
-                    created_at=started_at,
-                    completed_at=now,
-                    usage=None if calls else usage,
-                )
-            )
-        tool_step = None
-        if calls:
-            tool_step = RunStep(
+    if text or not calls:
+        steps.append(
+            RunStep(
                 run=run,
                 agent_id=run.agent_id,
                 thread_id=run.thread_id,
-                type=RunStep.Type.TOOL_CALLS,
-                status=RunStep.Status.IN_PROGRESS,
-                step_details={
-                    "type": "tool_calls",
-                    "toolCalls": [
-                        {
-                            "id": c["id"],
-                            "type": "function",
-                            "function": {
-                                "name": c["name"],
-                                "arguments": c["args"] if isinstance(c["args"], str) else json.dumps(c["args"]),
-                                "output": None,
-                            },
-                        }
-                        for c in calls
-                    ],
-                },
+                type=RunStep.Type.MESSAGE_CREATION,
+                status=RunStep.Status.COMPLETED,
+                step_details={"type": "message_creation", "messageCreation": {"messageId": message_id}},
                 created_at=started_at,
-                usage=usage,  # hidden while the step is in progress (docs/runs.md#steps-and-statuses)
+                completed_at=now,
+                usage=None if calls else usage,
             )
-            steps.append(tool_step)
-        prepared.table(RunStep).insert(steps)
-        run.usage = add_usage(run.usage, usage)
-        if flush:
-            log.flush_sync(step_count=Added(1), usage=run.usage)
+        )
+    tool_step = None
+    if calls:
+        tool_step = RunStep(
+            run=run,
+            agent_id=run.agent_id,
+            thread_id=run.thread_id,
+            type=RunStep.Type.TOOL_CALLS,
+            status=RunStep.Status.IN_PROGRESS,
+            step_details={
+                "type": "tool_calls",
+                "toolCalls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {
+                            "name": c["name"],
+                            "arguments": c["args"] if isinstance(c["args"], str) else json.dumps(c["args"]),
+                            "output": None,
+                        },
+                    }
+                    for c in calls
+                ],
+            },
+            created_at=started_at,
+            usage=usage,  # hidden while the step is in progress (docs/runs.md#steps-and-statuses)
+        )
+        steps.append(tool_step)
+    run.usage = add_usage(run.usage, usage)
+    rows = [prepared.table(Message).insert_statement([message]), prepared.table(RunStep).insert_statement(steps)]
+    return rows, tool_step
+
+
+def record_model_step(
+    run: Run, log: ChunkLog, *, message_id: str, text: str, calls: list[dict], usage: dict, started_at: Any
+) -> RunStep | None:
+    """Persist one model call that asked for tools (``model_step_rows``) with the chunks so far, the
+    run's step count and usage: one write. Returns the tool_calls step (in progress)."""
+    rows, tool_step = model_step_rows(
+        run, message_id=message_id, text=text, calls=calls, usage=usage, started_at=started_at
+    )
+    with one_write():
+        log.flush_sync(also=rows, step_count=Added(1), usage=run.usage)
     run.step_count += 1
     return tool_step
 
@@ -264,30 +274,41 @@ def fail_run_sync(run: Run, error: dict, log: ChunkLog | None = None) -> None:
     run.status = Run.Status.FAILED
 
 
-def complete_run(run: Run, log: ChunkLog, *, release: bool = False, snapshot: bool = True, **run_fields: Any) -> None:
+def complete_run(
+    run: Run,
+    log: ChunkLog,
+    *,
+    release: bool = False,
+    snapshot: bool = True,
+    also: list[prepared.Statement] | None = None,
+    **run_fields: Any,
+) -> None:
     """The turn answered. The run completes, unless an until_idle stream still waits for its background
     tasks: then it stays ``in_progress`` until the stream's last continuation turn. ``run_fields`` go in
-    the same UPDATE of the run; ``release``: so does releasing the lease (the segment ends here).
-    ``snapshot``: the run may still have a snapshot to remove. False when the run has not waited since
-    its segment began (it was not suspended then, and did not suspend since): every change out of
-    ``suspended`` removes the snapshot in its own transaction, so there is none (one statement less)."""
+    the same UPDATE of the run; ``release``: so does releasing the lease (the segment ends here);
+    ``also``: the rest of the write (the answer's rows). ``snapshot``: the run may still have a
+    snapshot to remove. False when the run has not waited since its segment began (it was not
+    suspended then, and did not suspend since): every change out of ``suspended`` removes the snapshot
+    in its own transaction, so there is none (one statement less)."""
     if release:
         run_fields |= RELEASED
-    with transaction.atomic(savepoint=False):
-        if run.options.get("until_idle") and background_work_left(run.pk):
-            log.flush_sync(**run_fields)
+    answer = list(also or [])
+    rows = [*answer, prepared.table(Snapshot).delete_statement('"run_id" = %s', [run.pk])] if snapshot else answer
+    idle = bool(run.options.get("until_idle"))
+    with transaction.atomic() if idle else one_write(event=outbox.RUN_COMPLETED, agent_id=run.agent_id):
+        if idle and background_work_left(run.pk):
+            log.flush_sync(also=answer, **run_fields)
             return
         chunks, next_seq = log.take_buffer()
         # The run's next_seq goes with its completion; only a run that ended meanwhile needs its own UPDATE.
-        completed = log.update_run(
+        completed = log.write(
             {"status": Run.Status.COMPLETED, "completed_at": timezone.now(), "next_seq": next_seq, **run_fields},
+            chunks,
+            rows,
             unless_final=True,
         )
         if not completed:
-            log.fenced_update(next_seq=next_seq, **run_fields)
-        log.write_chunks(chunks)
-        if snapshot:
-            prepared.table(Snapshot).delete('"run_id" = %s', [run.pk])
+            log.fenced_write({"next_seq": next_seq, **run_fields}, chunks, rows)
         if completed:
             _record_final_event(outbox.RUN_COMPLETED, run.pk, run.agent_id)
     run.status = Run.Status.COMPLETED
@@ -304,14 +325,12 @@ def record_answer(
     release: bool = False,
     snapshot: bool = True,
 ) -> None:
-    """The model answered without tools: its step and the run's completion commit together, the run's
+    """The model answered without tools: its step and the run's completion are one write, the run's
     step count, usage, status and ``next_seq`` (and the lease, ``release``) in one UPDATE. ``snapshot``:
     as ``complete_run``'s."""
-    with transaction.atomic():
-        record_model_step(
-            run, log, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at, flush=False
-        )
-        complete_run(run, log, release=release, snapshot=snapshot, step_count=Added(1), usage=run.usage)
+    rows, _ = model_step_rows(run, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at)
+    complete_run(run, log, release=release, snapshot=snapshot, also=rows, step_count=Added(1), usage=run.usage)
+    run.step_count += 1
 
 
 def finish_idle_run(run_id: str, agent_id: str) -> None:
@@ -354,12 +373,12 @@ def record_tool_result(
         tool_name=call["name"],
         tool_status=status,
     )
-    with transaction.atomic():
-        log.flush_sync()
-        prepared.table(RunStep).update(step, fields)
-        prepared.table(Message).insert([message])
-        if decided:
-            prepared.table(SuspendedToolCall).delete('"run_id" = %s AND "tool_call_id" = %s', [run.pk, call["id"]])
+    rows = [prepared.table(RunStep).update_statement(step, fields), prepared.table(Message).insert_statement([message])]
+    if decided:
+        calls = prepared.table(SuspendedToolCall)
+        rows.append(calls.delete_statement('"run_id" = %s AND "tool_call_id" = %s', [run.pk, call["id"]]))
+    with one_write():
+        log.flush_sync(also=rows)
     return step.status == RunStep.Status.COMPLETED
 
 
@@ -415,7 +434,8 @@ def record_suspension(
     """
     now = timezone.now()
     expires_at = now + ttl if ttl else None
-    with transaction.atomic():
+    # New calls: one write (``one_write``); a call suspended again updates its record first.
+    with one_write(event=outbox.RUN_SUSPENDED, agent_id=run.agent_id) if new_calls else transaction.atomic():
         existing = (
             {}
             if new_calls
@@ -463,7 +483,7 @@ def record_suspension(
                     setattr(row, key, value)
                 row.suspension += 1
                 row.save()
-        prepared.table(SuspendedToolCall).insert(created)
+        rows = [prepared.table(SuspendedToolCall).insert_statement(created)] if created else []
         # Written, or rewritten when the run already waits on other calls (one statement either way).
         snapshot_fields = {
             "agent_id": run.agent_id,
@@ -475,9 +495,15 @@ def record_suspension(
             "step_id": step_id,
         }
         snapshots = prepared.table(Snapshot)
-        snapshots.insert([Snapshot(run=run, **snapshot_fields)], suffix=_snapshot_upsert(snapshots))
+        rows.append(
+            snapshots.insert_statement([Snapshot(run=run, **snapshot_fields)], suffix=_snapshot_upsert(snapshots))
+        )
         log.flush_sync(
-            status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at, **(RELEASED if release else {})
+            also=rows,
+            status=Run.Status.SUSPENDED,
+            suspended_at=now,
+            expires_at=expires_at,
+            **(RELEASED if release else {}),
         )
         outbox.record(
             outbox.RUN_SUSPENDED, agent_id=run.agent_id, run_id=run.id, data=lambda: suspended_run(run, now).to_dict()
@@ -607,13 +633,21 @@ def create_run(
         started_by=started_by,
         started_by_username=started_by.get_username() if started_by is not None else None,
     )
+    # The thread created unless it exists.
+    thread = prepared.table(Thread).insert_statement(
+        [Thread(id=thread_id, resource_id=resource_id)], suffix=" ON CONFLICT DO NOTHING"
+    )
+    inputs = [Message(thread_id=thread_id, run=run, role=m["role"], content=m["content"]) for m in messages]
+    created = prepared.table(Run).insert_statement([run])
+    rows = [thread, prepared.table(Message).insert_statement(inputs)] if inputs else [thread]
+    if prepared.one_statement():
+        # One statement (the run's INSERT first, the others gated on it): atomic on its own; the
+        # foreign keys are checked at its end.
+        prepared.run_gated(prepared.Statement(f"{created.sql} RETURNING {prepared.quote('id')}", created.params), rows)
+        return run
     with transaction.atomic():
-        # Created unless it exists (one statement, either way).
-        prepared.table(Thread).insert([Thread(id=thread_id, resource_id=resource_id)], suffix=" ON CONFLICT DO NOTHING")
-        prepared.table(Run).insert([run])
-        prepared.table(Message).insert(
-            [Message(thread_id=thread_id, run=run, role=m["role"], content=m["content"]) for m in messages]
-        )
+        for statement in (thread, created, *rows[1:]):
+            prepared.execute(statement.sql, statement.params)
     return run
 
 
