@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import AutoField, Field, Model
+from django.db.models import AutoField, BooleanField, CharField, Field, IntegerField, Model, TextField
 
 
 def connection() -> Any:
@@ -103,6 +103,19 @@ def run_together(statements: Sequence[Statement]) -> None:
 _GATED = f" EXISTS (SELECT 1 FROM {GATE})"
 
 
+def _plain_type(field: Field) -> type | None:
+    """The Python type whose values (and None) a field sends to the database unchanged: a value of
+    exactly that type skips ``get_db_prep_save`` (which returns it as it is)."""
+    target: Any = getattr(field, "target_field", field) if field.is_relation else field
+    if isinstance(target, CharField | TextField):
+        return str
+    if isinstance(target, BooleanField):
+        return bool
+    if isinstance(target, IntegerField):
+        return int
+    return None
+
+
 def quote(name: str | None) -> str:
     """A table's or a column's name, quoted (a concrete field always has a column)."""
     assert name is not None
@@ -133,6 +146,8 @@ class Table:
         self.written = [f for f in self.fields if not isinstance(f, AutoField)]
         self.insert_head = f"INSERT INTO {self.name} ({', '.join(quote(f.column) for f in self.written)}) VALUES "
         self.row_placeholder = "(" + ", ".join(["%s"] * len(self.written)) + ")"
+        self.plain = {f.name: _plain_type(f) for f in self.fields}
+        self.write_plan = [(f, f.attname, self.plain[f.name]) for f in self.written]
         self.insert_head_select = f"INSERT INTO {self.name} ({', '.join(quote(f.column) for f in self.written)}) "
         self._sql: dict[tuple, str] = {}  # statements of this table, by shape
         self._statements: dict[tuple, tuple[str, str]] = {}  # (plain, gated), by shape
@@ -156,7 +171,12 @@ class Table:
 
     # --- values ---------------------------------------------------------------------------------
     def prep(self, name: str, value: Any) -> Any:
-        return self.by_name[name].get_db_prep_save(value, connection())
+        """``value`` adapted for the column, as the ORM's save adapts it."""
+        field = self.by_name[name]
+        plain = self.plain[field.name]
+        if plain is not None and (value is None or type(value) is plain):
+            return value
+        return field.get_db_prep_save(value, connection())
 
     def column(self, name: str) -> str:
         return quote(self.by_name[name].column)
@@ -171,7 +191,11 @@ class Table:
         db = connection()
         params: list[Any] = []
         for obj in objs:
-            params += [f.get_db_prep_save(getattr(obj, f.attname), db) for f in self.written]
+            for field, attname, plain in self.write_plan:
+                value = getattr(obj, attname)
+                if plain is None or (value is not None and type(value) is not plain):
+                    value = field.get_db_prep_save(value, db)
+                params.append(value)
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
         key = ("insert", len(objs), suffix)
@@ -200,8 +224,7 @@ class Table:
         if sqls is None:
             sql = f"UPDATE {self.name} SET {self.set_clause(names)} WHERE {quote(self.model._meta.pk.column)} = %s"
             sqls = self._statements[key] = (sql, f"{sql} AND{_GATED}")
-        db = connection()
-        params = [self.by_name[n].get_db_prep_save(getattr(obj, self.by_name[n].attname), db) for n in names]
+        params = [self.prep(n, getattr(obj, self.by_name[n].attname)) for n in names]
         return Statement(sqls[0], [*params, obj.pk], sqls[1])
 
     def delete_statement(self, where: str, params: Sequence[Any]) -> Statement:

@@ -134,6 +134,11 @@ def _signing_key(raw: str, path: str, data_dir: str) -> Ed25519PrivateKey:
     return parse_private_key(Path(path or _generated_key_file()).read_bytes())
 
 
+@cache
+def _signing_key_id(key: Ed25519PrivateKey) -> str:
+    return key_id(key.public_key())
+
+
 def signing_key() -> Ed25519PrivateKey:
     return _signing_key(
         settings.AGENTRUN_AUDIT_SIGNING_KEY, settings.AGENTRUN_AUDIT_SIGNING_KEY_FILE, str(settings.DATA_DIR)
@@ -242,7 +247,7 @@ def seal(
         pending.append(decision)
         return None
     key = signing_key()
-    kid = key_id(key.public_key())
+    kid = _signing_key_id(key)
     head = _head_for_update(heads)
     payload = _payload(head.seq + 1, kid, head.hash, record(decision))
     signature = base64.b64encode(key.sign(canonical(payload))).decode()

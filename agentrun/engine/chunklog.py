@@ -102,22 +102,23 @@ def _chunk_params(run_id: str, batch: list[LoggedChunk]) -> list[Any]:
     return params
 
 
-def _chunk_columns() -> str:
-    chunks = prepared.table(RunChunk)
-    return ", ".join(chunks.column(n) for n in ("run_id", "seq", "type", "payload", "created_at"))
+_CHUNK_INSERTS: dict[tuple[str, int], tuple[str, str]] = {}
 
 
 def _chunks_statement(run_id: str, batch: list[LoggedChunk]) -> prepared.Statement:
-    """The INSERT of the batch, in one statement (gated: as ``prepared.run_gated`` runs it)."""
-    name = prepared.table(RunChunk).name
-    rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(batch))
-    typed = ", ".join(["(%s, %s::integer, %s, %s::jsonb, %s::timestamptz)"] * len(batch))
-    return prepared.Statement(
-        f"INSERT INTO {name} ({_chunk_columns()}) VALUES {rows}",
-        _chunk_params(run_id, batch),
-        f"INSERT INTO {name} ({_chunk_columns()}) SELECT v.* FROM (VALUES {typed}) AS v "
-        f"WHERE EXISTS (SELECT 1 FROM {prepared.GATE})",
-    )
+    """The INSERT of the batch, in one statement (gated: as ``prepared.run_gated`` runs it); its SQL
+    written once per batch size."""
+    key = (prepared.connection().vendor, len(batch))
+    sqls = _CHUNK_INSERTS.get(key)
+    if sqls is None:
+        chunks = prepared.table(RunChunk)
+        columns = ", ".join(chunks.column(n) for n in ("run_id", "seq", "type", "payload", "created_at"))
+        head = f"INSERT INTO {chunks.name} ({columns})"
+        rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(batch))
+        typed = ", ".join(["(%s, %s::integer, %s, %s::jsonb, %s::timestamptz)"] * len(batch))
+        gated = f"{head} SELECT v.* FROM (VALUES {typed}) AS v WHERE EXISTS (SELECT 1 FROM {prepared.GATE})"
+        sqls = _CHUNK_INSERTS[key] = (f"{head} VALUES {rows}", gated)
+    return prepared.Statement(sqls[0], _chunk_params(run_id, batch), sqls[1])
 
 
 def write_run_and_chunks(

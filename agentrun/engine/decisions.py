@@ -360,31 +360,20 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
         )
 
 
-_LOCKED: dict[str, str] = {}
-
-
 def _locked_run_and_open_calls(run_id: str, agent_id: str) -> tuple[Run | None, list[SuspendedToolCall]]:
     """The run, locked (``FOR UPDATE`` where the database has it: SQLite's writers serialise anyway),
-    with its open calls in (position, id) order: one statement, written once (agentrun.core.prepared),
-    on every decision's path."""
-    runs, calls = prepared.table(Run), prepared.table(SuspendedToolCall)
-    vendor = prepared.connection().vendor
-    if vendor not in _LOCKED:
-        r, c = runs.name, calls.name
-        sql = (
-            f"SELECT {runs.select}, {calls.select} FROM {r} LEFT OUTER JOIN {c} "
-            f"ON {c}.{calls.column('run')} = {r}.{runs.column('id')} AND {c}.{calls.column('status')} = %s "
-            f"WHERE {r}.{runs.column('id')} = %s AND {r}.{runs.column('agent_id')} = %s "
-            f"ORDER BY {c}.{calls.column('position')}, {c}.{calls.column('id')}"
-        )
-        if prepared.connection().features.has_select_for_update_of:
-            sql += f" FOR UPDATE OF {r}"
-        _LOCKED[vendor] = sql
-    rows = prepared.fetch(_LOCKED[vendor], [SuspendedToolCall.Status.OPEN, run_id, agent_id])
-    if not rows:
+    then its open calls in (position, id) order, by SQL written once (agentrun.core.prepared): on
+    every decision's path. Two statements, not one with a join: under PostgreSQL's READ COMMITTED a
+    statement that waited for the lock reads the joined rows as they were when it began, so a
+    decision committed meanwhile on another call of the run would not be seen; the second statement
+    reads them once the lock is held."""
+    found = prepared.table(Run).rows('"id" = %s AND "agent_id" = %s', [run_id, agent_id], lock=True)
+    if not found:
         return None, []
-    after = len(runs.fields)
-    return runs.instance(rows[0]), [calls.instance(row, after) for row in rows if row[after] is not None]
+    calls = prepared.table(SuspendedToolCall).rows(
+        '"run_id" = %s AND "status" = %s', [run_id, SuspendedToolCall.Status.OPEN], order='"position", "id"'
+    )
+    return found[0], calls
 
 
 def _open_call(run: Run, open_calls: list[SuspendedToolCall], tool_call_id: str | None) -> SuspendedToolCall:

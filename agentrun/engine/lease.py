@@ -67,9 +67,8 @@ def acquire_lease(run_id: str, owner: str) -> bool:
 
 def _lease_sql() -> str:
     """The UPDATE that takes a run's lease (``acquire_lease``'s conditions) and returns the run: started
-    if it was queued, with ``segment_open`` (its log's latest start/finish is a start: the process that
-    wrote it died mid-segment), read backwards on the log's (run, seq) key. One statement, SQL written
-    once (``agentrun.core.prepared``)."""
+    if it was queued, with its log's latest start/finish and its last seq, read backwards on the log's
+    (run, seq) key. One statement, SQL written once (``agentrun.core.prepared``)."""
     runs = prepared.table(Run)
     chunks = prepared.table(RunChunk)
     seq, type_, run_id = (chunks.column(n) for n in ("seq", "type", "run"))
@@ -83,7 +82,9 @@ def _lease_sql() -> str:
         f"OR SUBSTR({owner_col}, 1, {len(DISPATCH_OWNER_PREFIX)}) = %s) "
         f"RETURNING {runs.select.replace(runs.name + '.', '')}, "
         f"(SELECT c.{type_} FROM {chunks.name} c WHERE c.{run_id} = {runs.name}.{runs.column('id')} "
-        f"AND c.{type_} IN ('start', 'finish') ORDER BY c.{seq} DESC LIMIT 1)"
+        f"AND c.{type_} IN ('start', 'finish') ORDER BY c.{seq} DESC LIMIT 1), "
+        f"(SELECT c.{seq} FROM {chunks.name} c WHERE c.{run_id} = {runs.name}.{runs.column('id')} "
+        f"ORDER BY c.{seq} DESC LIMIT 1)"
     )
 
 
@@ -106,9 +107,21 @@ def take_run_to_drive(run_id: str, owner: str) -> Run | None:
     if not rows:
         return None
     run: Any = runs.instance(rows[0])
-    run.segment_open = rows[0][-1] == "start"
+    boundary, last_seq = rows[0][-2:]
+    if (last_seq or 0) != run.next_seq - 1:
+        # The UPDATE waited for the lock of a writer that committed chunks meanwhile: on PostgreSQL
+        # (READ COMMITTED) its subqueries read the log as it was before that wait, while the row is
+        # the writer's. The log is read again (every seq below next_seq is logged once committed).
+        boundary = _latest_boundary(run_id)
+    run.segment_open = boundary == "start"
     run.started_now = run.status == in_progress and run.started_at == now
     return run
+
+
+def _latest_boundary(run_id: str) -> str | None:
+    """The type of the run's latest ``start`` or ``finish`` chunk."""
+    latest = RunChunk.objects.filter(run_id=run_id, type__in=["start", "finish"]).order_by("-seq")
+    return latest.values_list("type", flat=True).first()
 
 
 def renew_lease(run_id: str, owner: str) -> bool:
