@@ -48,6 +48,11 @@ def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
 # the first returned a row (``WHERE EXISTS (SELECT 1 FROM first)``). One statement is atomic on its
 # own: no BEGIN and COMMIT around it, one round trip instead of N + 2. SQLite has no data-modifying
 # WITH: there the caller runs the statements one after the other in its transaction.
+#
+# PostgreSQL runs the parts of a WITH, and fires their statement triggers, in an order of its own:
+# a write whose triggers lock rows that other writers also lock (the counters of the waiting calls,
+# of the listing, of the decisions) must not share a statement with another such write, or the two
+# counters could be locked in the other order than everyone else's, and writers deadlock.
 GATE = "first"
 ONE_STATEMENT_VENDORS = {"postgresql"}
 
@@ -83,21 +88,6 @@ def run_gated(first: Statement, rest: Sequence[Statement]) -> list[tuple]:
     for statement in rest:
         params += statement.params
     return fetch(f"WITH {', '.join(parts)} SELECT * FROM {GATE}", params)
-
-
-def run_together(statements: Sequence[Statement]) -> None:
-    """Run writes that do not depend on each other (different rows), inside the caller's transaction:
-    one statement where ``one_statement()`` (each a part of a WITH, the last the main one), else in
-    order."""
-    if len(statements) > 1 and one_statement():
-        parts = ", ".join(f"w{i} AS ({s.sql})" for i, s in enumerate(statements[:-1]))
-        params: list[Any] = []
-        for statement in statements:
-            params += statement.params
-        execute(f"WITH {parts} {statements[-1].sql}", params)
-        return
-    for statement in statements:
-        execute(statement.sql, statement.params)
 
 
 _GATED = f" EXISTS (SELECT 1 FROM {GATE})"

@@ -319,8 +319,10 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
             if surfacing is not None:
                 return _record_on_surfacing_call(run, surfacing, command)
         decisions: list[Decision] = []
-        # The decision's writes (its rows, the calls', the run's) are sent together once every rule
-        # was checked (one statement on PostgreSQL), then the decisions sealed.
+        # The decision's writes (its rows, the calls', the run's) are made once every rule was checked,
+        # then the decisions sealed. One statement each, in this order: the counters' triggers (the
+        # decisions' rollup, the waiting calls', the listing's) lock their rows in the order every
+        # writer takes them, so that decisions, suspensions and cancellations never deadlock.
         writes: list[prepared.Statement] = []
         decided_ids: list[str] = []
         approvals: dict[str, dict] = {}
@@ -342,7 +344,8 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
             run.status = Run.Status.IN_PROGRESS
             writes.append(prepared.table(Run).update_statement(run, ["status"]))
             writes.append(prepared.table(Snapshot).delete_statement('"run_id" = %s', [run.pk]))
-        prepared.run_together(writes)
+        for statement in writes:
+            prepared.execute(statement.sql, statement.params)
         for decision in decisions:
             receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
         for decision in decisions:

@@ -434,8 +434,7 @@ def record_suspension(
     """
     now = timezone.now()
     expires_at = now + ttl if ttl else None
-    # New calls: one write (``one_write``); a call suspended again updates its record first.
-    with one_write(event=outbox.RUN_SUSPENDED, agent_id=run.agent_id) if new_calls else transaction.atomic():
+    with transaction.atomic():
         existing = (
             {}
             if new_calls
@@ -495,8 +494,8 @@ def record_suspension(
             "step_id": step_id,
         }
         snapshots = prepared.table(Snapshot)
-        rows.append(
-            snapshots.insert_statement([Snapshot(run=run, **snapshot_fields)], suffix=_snapshot_upsert(snapshots))
+        snapshot = snapshots.insert_statement(
+            [Snapshot(run=run, **snapshot_fields)], suffix=_snapshot_upsert(snapshots)
         )
         log.flush_sync(
             also=rows,
@@ -505,6 +504,11 @@ def record_suspension(
             expires_at=expires_at,
             **(RELEASED if release else {}),
         )
+        # A statement of its own, after the calls': the counters' triggers lock their rows, the waiting
+        # calls' before the listing's, in the order every writer takes them (a decision, a cancellation,
+        # an expiry), so that writers of one agent's runs never deadlock. (In one WITH statement the
+        # order of its parts' triggers is PostgreSQL's, not the text's.)
+        prepared.execute(snapshot.sql, snapshot.params)
         outbox.record(
             outbox.RUN_SUSPENDED, agent_id=run.agent_id, run_id=run.id, data=lambda: suspended_run(run, now).to_dict()
         )
