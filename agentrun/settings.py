@@ -389,8 +389,9 @@ AGENTRUN_SWEEP_SECONDS = float(os.environ.get("AGENTRUN_SWEEP_SECONDS", "5"))
 # SIGTERM: how long a web process lets requests in flight finish (websockets are closed with 1001 at
 # once), and a worker its task in progress, before leaving (agentrun.server.web, agentrun_worker).
 AGENTRUN_DRAIN_SECONDS = float(os.environ.get("AGENTRUN_DRAIN_SECONDS", "10"))
-# ws/runs: a subscriber with more live chunks than this waiting for it (it reads slower than the run
-# produces) is closed with 4008 "resume after=<seq>" and reconnects with ?after=<seq>.
+# ws/runs: a subscriber with more live chunks than this waiting for it because its client does not read
+# (its connection stayed full for fanout.CLIENT_STALL_SECONDS) is closed with 4008 "resume after=<seq>"
+# and reconnects with ?after=<seq> (docs/api.md "ws/runs").
 AGENTRUN_WS_MAX_LAG = int(os.environ.get("AGENTRUN_WS_MAX_LAG", "2000"))
 # The server process sweeps too (expiry, stalled runs, lost background tasks); workers always do.
 AGENTRUN_EMBEDDED_SWEEPER = env_bool("AGENTRUN_EMBEDDED_SWEEPER", True)

@@ -220,9 +220,18 @@ def watcher_tokens(subscribers: int) -> list[str]:
     return tokens
 
 
-async def measure_subscribers(port: int, start_port: int, subscribers: int, words: int) -> dict:
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure_subscribers(
+    port: int, start_port: int, subscribers: int, words: int, pids: dict[str, int] | None = None
+) -> dict:
     """``subscribers`` lean clients on ``ws/runs`` of the daphne on ``port`` follow a run of ``words``
-    text-delta chunks that a worker runs (started over REST on the daphne on ``start_port``)."""
+    text-delta chunks that a worker runs (started over REST on the daphne on ``start_port``). ``pids``:
+    processes whose CPU time during the run is reported (``{"web": …, "worker": …}``)."""
     import requests
     from asgiref.sync import sync_to_async
 
@@ -242,9 +251,12 @@ async def measure_subscribers(port: int, start_port: int, subscribers: int, word
 
     run_id = await asyncio.to_thread(start)
     load_before, cpu_before, wall_before = os.getloadavg()[0], time.process_time(), time.perf_counter()
+    servers_before = {name: process_cpu(pid) for name, pid in (pids or {}).items()}
     results = await asyncio.gather(
         *(follow_lean(port, run_id, tokens[i // WATCHERS_PER_PERSON]) for i in range(subscribers))
     )
+    wall = time.perf_counter() - wall_before
+    servers = {name: process_cpu(pid) - servers_before[name] for name, pid in (pids or {}).items()}
     rates = [r["deltas"] / (r["last"] - r["first"]) if r["last"] and r["last"] > r["first"] else 0.0 for r in results]
     return {
         "subscribers": subscribers,
@@ -256,20 +268,29 @@ async def measure_subscribers(port: int, start_port: int, subscribers: int, word
         "ends_spread_s": max(r["last"] for r in results) - min(r["last"] for r in results),
         "load": [load_before, os.getloadavg()[0]],
         # The clients' own CPU (this process): near 100% would make the figure the clients'.
-        "client_cpu": (time.process_time() - cpu_before) / (time.perf_counter() - wall_before),
+        "client_cpu": (time.process_time() - cpu_before) / wall,
+        # From the subscribers' first connection to the last close (the run's /sleep included).
+        "wall_s": wall,
+        "cpu_s": servers,
     }
 
 
 def describe(f: dict) -> str:
+    sent = f["subscribers"] * f["words"]
+    cpu = "".join(
+        f"; {name} CPU {seconds:.2f} s ({1e6 * seconds / (sent if name == 'web' else f['words']):.1f} µs a chunk"
+        f"{' and subscriber' if name == 'web' else ''})"
+        for name, seconds in f.get("cpu_s", {}).items()
+    )
     return (
         f"{f['subscribers']:3d} subscribers on one daphne, {f['words']:,} chunks: slowest "
         f"{min(f['rates']):,.0f} chunks/s, fastest {max(f['rates']):,.0f}; {f['closed_4008']} closed 4008; "
-        f"deltas {f['deltas']}; identical frames: {f['same_frames']}; clients' CPU {100 * f['client_cpu']:.0f}%; "
-        f"load {f['load'][0]:.2f} → {f['load'][1]:.2f}"
+        f"deltas {f['deltas']}; identical frames: {f['same_frames']}; clients' CPU {100 * f['client_cpu']:.0f}%"
+        f"{cpu} in {f.get('wall_s', 0):.1f} s; load {f['load'][0]:.2f} → {f['load'][1]:.2f}"
     )
 
 
-def standalone(counts: list[int], words: int) -> None:
+def standalone(counts: list[int], words: int, repeat: int = 1) -> None:
     """The rows alone, without the suite's seeding: two daphnes and a worker on PostgreSQL + Redis."""
     import django
 
@@ -293,7 +314,7 @@ def standalone(counts: list[int], words: int) -> None:
     env = topology_env(redis)
     try:
         with tempfile.TemporaryDirectory() as logs, Topology(env, Path(os.environ.get("BENCH_LOGS") or logs)) as top:
-            for count in counts:
+            for count in [count for _ in range(repeat) for count in counts]:
                 # BENCH_PYSPY=<dir>: py-spy samples the subscribers' daphne and the worker meanwhile.
                 spies = (
                     [
@@ -318,7 +339,8 @@ def standalone(counts: list[int], words: int) -> None:
                     else []
                 )
                 try:
-                    print(describe(asyncio.run(measure_subscribers(top.port_a, top.port_b, count, words))))
+                    pids = {"web": top.a.pid, "worker": top.procs.procs[-1].pid}
+                    print(describe(asyncio.run(measure_subscribers(top.port_a, top.port_b, count, words, pids))))
                 finally:
                     for spy in spies:
                         spy.send_signal(signal.SIGINT)
@@ -355,10 +377,11 @@ def main() -> None:
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/3"))
     parser.add_argument("--subscribers", type=int, nargs="*", help="many subscribers on one daphne (PostgreSQL)")
+    parser.add_argument("--repeat", type=int, default=1, help="measure the --subscribers counts this many times")
     args = parser.parse_args()
     if args.subscribers:
         sys.path.insert(0, str(ROOT))
-        standalone(args.subscribers, args.words)
+        standalone(args.subscribers, args.words, args.repeat)
         return
     if args.child:
         child(args.words)

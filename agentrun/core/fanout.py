@@ -32,7 +32,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -102,13 +102,19 @@ def _is_takeover(chunk: dict) -> bool:
 
 
 def _same(a: dict, b: dict) -> bool:
+    """The same chunk (``b`` as read from the log, or live). Once per process for a pair of chunks read
+    once for all the subscribers here: the answer is kept on ``b``."""
+    if isinstance(b, WireChunk) and b.same_as is a:
+        return True
     if a["type"] != b["type"]:
         return False
-    if a["payload"] == b["payload"]:  # the usual case, without encoding anything
-        return True
-    return json.dumps(a["payload"], sort_keys=True, default=str) == json.dumps(
+    if a["payload"] != b["payload"] and json.dumps(a["payload"], sort_keys=True, default=str) != json.dumps(
         b["payload"], sort_keys=True, default=str
-    )
+    ):
+        return False
+    if isinstance(b, WireChunk):
+        b.same_as = a
+    return True
 
 
 def run_group(run_id: str) -> str:
@@ -159,13 +165,14 @@ class WireChunk(dict):
     of the run, with its encodings kept: each transport's bytes are made once per process, not once per
     subscriber. Never mutated once made."""
 
-    __slots__ = ("text", "frame", "event")
+    __slots__ = ("text", "frame", "event", "same_as")
 
     def __init__(self, chunk: dict, text: str | None = None) -> None:
         super().__init__(chunk)
         self.text = text
         self.frame: bytes | None = None
         self.event: bytes | None = None
+        self.same_as: dict | None = None  # a chunk found the same as this one (``_same``)
 
 
 def ws_text(chunk: dict) -> str:
@@ -231,15 +238,26 @@ def _drop_broken_connection() -> None:
 
 
 def _load_chunks(run_id: str, after: int, upto: int | None = None) -> list[WireChunk]:
-    """The log's chunks after ``after`` (up to ``upto``), as tuples: no model instance per chunk."""
-    rows = RunChunk.objects.filter(run_id=run_id, seq__gt=after)
+    """The log's chunks after ``after`` (up to ``upto``): one query on the log's (run, seq) key, and no
+    model instance nor ORM converter per row (a process reads every chunk of a run it relays once, to
+    confirm what it gave live: docs/performance.md "Fan-out (third pass)", "Fourth pass")."""
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {quote('seq')}, {quote('type')}, {quote('payload')} FROM {quote(RunChunk._meta.db_table)} "
+        f"WHERE {quote('run_id')} = %s AND {quote('seq')} > %s"
+    )
+    params: list[Any] = [run_id, after]
     if upto is not None:
-        rows = rows.filter(seq__lte=upto)
+        sql += f" AND {quote('seq')} <= %s"
+        params.append(upto)
+    loads = json.loads
     try:
-        return [
-            WireChunk({"type": type_, "runId": run_id, "from": "AGENT", "seq": seq, "payload": payload})
-            for seq, type_, payload in rows.order_by("seq").values_list("seq", "type", "payload")
-        ]
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql} ORDER BY {quote('seq')}", params)
+            return [
+                WireChunk({"type": type_, "runId": run_id, "from": "AGENT", "seq": seq, "payload": loads(payload)})
+                for seq, type_, payload in cursor.fetchall()
+            ]
     finally:
         release_connection()
 
@@ -280,6 +298,10 @@ def _run_state(run_id: str) -> tuple[str | None, bool]:
 FINAL = {"completed", "failed", "cancelled", "expired"}
 
 
+# A subscriber's client that has not kept up for this long (its connection stayed full) while more than
+# max_lag chunks wait for it is behind (``SubscriberBehind``). A client that reads gets over a burst
+# within it: the benchmark's 100 clients, one Python process, take up to ~0.5 s to read theirs.
+CLIENT_STALL_SECONDS = 2.0
 # At most this many chunks are handed to a consumer at once (a long replay goes out in pieces).
 HANDED_AT_ONCE = 500
 # How many of a run's logged chunks a process keeps for its subscribers' re-reads of the log: at
@@ -307,17 +329,43 @@ class _Batch(list):
 
 
 class _Inbox:
-    """One subscriber's live chunks, in the batches they arrived in (shared lists: never mutated)."""
+    """One subscriber's live chunks, in the batches they arrived in (shared lists: never mutated), and
+    whether it is behind (``behind``: its client's lag, never its process's)."""
 
-    __slots__ = ("batches", "excused", "low", "newest", "ready", "waiting")
+    __slots__ = (
+        "batches",
+        "client_full",
+        "excused",
+        "full_since",
+        "given",
+        "low",
+        "max_lag",
+        "newest",
+        "on_stall",
+        "ready",
+        "sending",
+    )
 
-    def __init__(self, after: int) -> None:
+    def __init__(
+        self,
+        after: int,
+        client_full: Callable[[], bool] | None = None,
+        max_lag: int | None = None,
+        on_stall: Callable[[int], None] | None = None,
+    ) -> None:
         self.batches: deque[list[WireChunk]] = deque()  # _Batch, or what a subscriber put back
         self.newest = after  # the highest seq published since it joined
-        # The highest seq that arrived while its subscriber waited for chunks: those do not make it
-        # late, however many came at once (a driver publishes what it made while it did not yield).
+        self.given = after  # the highest seq handed to its consumer
+        self.sending = False  # its consumer is sending what it was handed
+        self.max_lag = max_lag
+        self.on_stall = on_stall  # called once if its client stalls while its consumer's send waits
+        # Whether its client reads (the server says so, agentrun.ws.frames): its connection is full
+        # when the client has not taken what it was sent. Full at every look since ``full_since``.
+        self.client_full = client_full
+        self.full_since: float | None = None
+        # Without client_full: chunks count against it when they arrive while its consumer's send
+        # waits; any other arrival excuses everything up to it (``excused``).
         self.excused = after
-        self.waiting = False
         self.low = after  # the subscriber may read the log after this seq (to confirm, or to catch up)
         self.ready = asyncio.Event()
 
@@ -325,21 +373,50 @@ class _Inbox:
         self.batches.append(batch)
         if batch.top > self.newest:
             self.newest = batch.top
-        if self.waiting:
-            self.excused = self.newest
+        if self.client_full is None:
+            if not self.sending:
+                self.excused = self.newest
+        elif self.sending:
+            self._look()
         self.ready.set()
 
+    def _look(self) -> None:
+        """A look at its client while its consumer's send waits on it. A client that stopped reading
+        would hold that send until it reads again, and the subscriber would never see that it is
+        behind: ``on_stall`` tells its consumer to stop waiting (once)."""
+        if not self.stalled() or self.on_stall is None or self.max_lag is None:
+            return
+        if self.newest - self.given > self.max_lag:
+            on_stall, self.on_stall = self.on_stall, None
+            on_stall(self.given)
+
+    def stalled(self) -> bool:
+        """Its client has not kept up for CLIENT_STALL_SECONDS: its connection was full at every look."""
+        assert self.client_full is not None
+        if not self.client_full():
+            self.full_since = None
+            return False
+        now = time.monotonic()
+        if self.full_since is None:
+            self.full_since = now
+        return now - self.full_since >= CLIENT_STALL_SECONDS
+
+    def behind(self, given: int, max_lag: int) -> bool:
+        """More than ``max_lag`` chunks after ``given`` wait for it because of its client: its client has
+        stalled (not because this process was busy for everyone: then the client took all it was sent),
+        or, unknown that, they came while its consumer's send waited."""
+        if self.client_full is None:
+            return self.newest - max(given, self.excused) > max_lag
+        return self.newest - given > max_lag and self.stalled()
+
     def take(self, limit: int) -> list[list[WireChunk]]:
-        """Whole batches, about ``limit`` chunks at most; those left are not excused any more: a client
-        that is slow to read a burst falls behind on what it could not take."""
+        """Whole batches, about ``limit`` chunks at most (a long backlog goes out in pieces)."""
         batches: list[list[WireChunk]] = []
         count = 0
         while self.batches and (not batches or count + len(self.batches[0]) <= limit):
             batches.append(self.batches.popleft())
             count += len(batches[-1])
-        if self.batches:
-            self.excused = min(self.excused, max(c["seq"] for c in batches[-1]))
-        else:
+        if not self.batches:
             self.ready.clear()
         return batches
 
@@ -436,15 +513,18 @@ class _RunFeed:
         Subscribers share the queries and the chunks they made."""
         asked = time.monotonic() - max_age
         async with self.log_lock:
-            if self.hi < 0 or after > self.hi:
-                started = time.monotonic()  # nothing kept, or all of it is behind: start afresh
+            if self.hi < 0 or after > self.hi + LOG_KEPT_MAX:
+                started = time.monotonic()  # nothing kept, or all of it is far behind: start afresh
                 rows = await read(_load_chunks, self.run_id, after)
                 self.logged, self.lo, self.hi, self.log_at = rows, after, rows[-1]["seq"] if rows else after, started
             else:
                 if after < self.lo:  # before what is kept: read that much more
                     self.logged[:0] = await read(_load_chunks, self.run_id, after, self.lo)
                     self.lo = after
-                if (self.log_at < asked) if cover is None else (self.hi < cover):
+                # Read on from what is kept, never afresh from ``after``: subscribers at different seqs
+                # would each drop what the others still need, and read it again (docs/performance.md
+                # "Fan-out (third pass)", "Fourth pass").
+                if after > self.hi or ((self.log_at < asked) if cover is None else (self.hi < cover)):
                     started = time.monotonic()
                     rows = await read(_load_chunks, self.run_id, self.hi)
                     self.logged += rows
@@ -527,6 +607,8 @@ async def subscribe_batches(
     after_a_finish: bool = False,
     max_lag: int | None = None,
     resync: bool = False,
+    client_full: Callable[[], bool] | None = None,
+    on_stall: Callable[[int], None] | None = None,
 ) -> AsyncGenerator[list[WireChunk]]:
     """Chunks of ``run_id`` with ``seq > after``: the replay, then live ones, in batches (what arrived
     together), shared with the process's other subscribers of the run: read them, never change them.
@@ -534,29 +616,40 @@ async def subscribe_batches(
     ``until="final"`` ends once the run is final (websockets); ``until="rest"`` ends once it is
     suspended or final and nobody drives it (SSE ``GET /api/runs/{id}/stream``). ``after_a_finish``:
     not before a ``finish`` went by (a segment queued for a worker has not started yet).
-    ``max_lag``: raise ``SubscriberBehind`` when the run has published more than that many chunks
-    the consumer has not taken yet (it reads slower than the run produces).
+    ``max_lag``: raise ``SubscriberBehind`` when more than that many chunks wait for the consumer
+    because of its client: ``client_full()`` (the client's connection holds what it was sent and did
+    not take) said so at every look for CLIENT_STALL_SECONDS; without it, they came while the
+    consumer's send waited. A process busy for everyone makes every backlog grow while the clients
+    take all they were sent: that never counts (docs/performance.md "Fan-out (third pass)").
+    ``on_stall(resume_after)``: called (once) instead when the client stalls while the consumer is
+    sending to it: that send would not end before the client reads again; the consumer should stop it
+    and tell the client to resume after the seq given (everything handed before was sent).
     ``resync``: raise ``SubscriberReset`` when the log holds other chunks than this subscriber gave
     (chunks of a dead driver that never reached the log, re-used by its taker), or when its client,
     resuming ``after``, may hold such chunks; without it those seqs are skipped as seen.
     """
+    inbox = _Inbox(after, client_full, max_lag, on_stall)
+    subscription = _subscription(inbox, run_id, after, until, after_a_finish, max_lag, resync)
+    async with contextlib.aclosing(subscription) as batches:
+        async for batch in batches:
+            # From here until the consumer asks for more, it is sending: chunks that arrive meanwhile
+            # count against it while its client does not read (_Inbox.put).
+            inbox.sending = True
+            try:
+                yield batch
+            finally:
+                inbox.sending = False
+
+
+async def _subscription(
+    inbox: _Inbox, run_id: str, after: int, until: str, after_a_finish: bool, max_lag: int | None, resync: bool
+) -> AsyncGenerator[list[WireChunk]]:
     feed = _feed(run_id)
-    inbox = _Inbox(after)
     feed.inboxes.add(inbox)  # before the join completes: nothing published after it is missed
 
     def poll_seconds() -> float:
         # Live chunks end each wait at once; without them (the layer is down), the log is read often.
         return 1.0 if feed.live and not outages.channel_layer.down else LOG_POLL_SECONDS
-
-    @contextlib.contextmanager
-    def serving() -> Iterator[None]:
-        """The server's own waits (the database, a gap to fill): chunks that arrive meanwhile do not
-        count against the client (``check_lag``), only its own slowness does."""
-        was, inbox.waiting = inbox.waiting, True
-        try:
-            yield
-        finally:
-            inbox.waiting = was
 
     async def from_db(read: Any, *args: Any) -> Any:
         """``read(*args)`` in a thread; while the database does not answer, tried again for
@@ -588,16 +681,16 @@ async def subscribe_batches(
 
     def check_lag() -> None:
         # Chunks the run produced that our consumer has not taken yet (duplicates of the replay do
-        # not count), but for those that came while it waited for them: past max_lag it reads too
-        # slowly to be kept up to date live.
-        if max_lag is not None and inbox.newest - max(given, inbox.excused) > max_lag:
+        # not count), past max_lag because its client does not keep up: it reads too slowly to be
+        # kept up to date live.
+        if max_lag is not None and inbox.behind(given, max_lag):
             raise SubscriberBehind(given)
 
     def handed(batch: list[WireChunk], check: bool = True) -> list[WireChunk]:
         nonlocal given
         if check:
             check_lag()
-        given = batch[-1]["seq"]
+        given = inbox.given = batch[-1]["seq"]
         return batch
 
     def accept(chunk: dict) -> bool:
@@ -625,8 +718,7 @@ async def subscribe_batches(
         start = min(last, claimed[0] if claimed else last, min(unconfirmed, default=last + 1) - 1)
         inbox.low = start
         taken = []
-        with serving():
-            logged = await feed.log_after(start, from_db, cover, max_age)
+        logged = await feed.log_after(start, from_db, cover, max_age)
         for c in logged:
             if below is not None and c["seq"] >= below:
                 break
@@ -653,8 +745,7 @@ async def subscribe_batches(
         while True:
             for batch in _pieces(await from_log(max_age=patience)):
                 yield handed(batch)
-            with serving():
-                status, driving = await feed.run_state(from_db, patience)
+            status, driving = await feed.run_state(from_db, patience)
             if status is None:
                 return
             # A final run produces nothing more; a suspended one may still have a queued segment to run.
@@ -673,17 +764,13 @@ async def subscribe_batches(
             # and the log) or a while without any (re-check them too).
             while True:
                 if not inbox.batches:
-                    inbox.waiting = True
                     try:
                         await asyncio.wait_for(inbox.ready.wait(), timeout=poll_seconds())
                     except TimeoutError:
                         patience = poll_seconds()
                         break
-                    finally:
-                        inbox.waiting = False
                 taken = inbox.take(max_lag or UNCONFIRMED_MAX)
-                # Too far behind? Counted once per take: what arrived while it waited is excused.
-                check_lag()
+                check_lag()  # too far behind? Counted once per take
                 out: list[WireChunk] = []
                 finish = False
                 for n, chunks in enumerate(taken):
@@ -703,8 +790,7 @@ async def subscribe_batches(
                             for batch in _pieces(out):
                                 yield handed(batch, check=False)
                             out = []
-                            with serving():
-                                await asyncio.sleep(GAP_POLL_SECONDS)
+                            await asyncio.sleep(GAP_POLL_SECONDS)
                             for batch in _pieces(await from_log(below=chunk["seq"])):
                                 yield handed(batch)
                             continue

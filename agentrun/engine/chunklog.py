@@ -5,10 +5,10 @@ the end of a segment. Only the holder of the run's lease writes it (``engine/lea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -16,6 +16,11 @@ from django.utils import timezone
 from agentrun.core import prepared
 from agentrun.core.chunks import Chunk, ChunkType
 from agentrun.core.models import Run, RunChunk
+
+# A buffered chunk: (seq, type, payload). No model instance per chunk: the log is written by one
+# INSERT per batch (``_chunks_statement``), the worker's largest cost per chunk before (docs/performance.md
+# "Fan-out (third pass)", "Fourth pass").
+Row = tuple[int, str, dict]
 
 
 class LeaseLost(Exception):  # noqa: N818 - a state, not an error of ours
@@ -27,15 +32,6 @@ class Added:
     """A run column increased by ``amount`` in the UPDATE (``step_count=Added(1)``)."""
 
     amount: int
-
-
-class LoggedChunk(NamedTuple):
-    """A chunk as the log stores it (a ``RunChunk`` row), waiting to be written."""
-
-    seq: int
-    type: str
-    payload: dict
-    created_at: datetime
 
 
 _UPDATES: dict[tuple, str] = {}
@@ -86,45 +82,46 @@ def update_run(
     return rows[0][0] if rows else None
 
 
-def _chunk_params(run_id: str, batch: list[LoggedChunk]) -> list[Any]:
-    chunks = prepared.table(RunChunk)
-    payload, created_at = chunks.by_name["payload"], chunks.by_name["created_at"]
-    db = prepared.connection()
-    params: list[Any] = []
-    for chunk in batch:
-        params += [
-            run_id,
-            chunk.seq,
-            chunk.type,
-            payload.get_db_prep_save(chunk.payload, db),
-            created_at.get_db_prep_save(chunk.created_at, db),
-        ]
-    return params
-
-
 _CHUNK_INSERTS: dict[tuple[str, int], tuple[str, str]] = {}
 
 
-def _chunks_statement(run_id: str, batch: list[LoggedChunk]) -> prepared.Statement:
-    """The INSERT of the batch, in one statement (gated: as ``prepared.run_gated`` runs it); its SQL
-    written once per batch size."""
-    key = (prepared.connection().vendor, len(batch))
+def _chunks_statement(run_id: str, batch: list[Row]) -> prepared.Statement:
+    """The INSERT of the batch, in one statement (gated: as ``prepared.run_gated`` runs it), each payload
+    as ``json.dumps`` makes it (what ``JSONField`` writes), the batch's time as every chunk's
+    ``created_at``. On PostgreSQL the batch is one JSON text unpacked by the database: one parameter to
+    adapt whatever the batch's size (a parameter per column of every chunk cost ~7 µs a chunk to quote).
+    Its SQL is written once per database (and, on SQLite, per batch size)."""
+    vendor = prepared.connection().vendor
+    key = (vendor, 0 if vendor == "postgresql" else len(batch))
     sqls = _CHUNK_INSERTS.get(key)
+    chunks = prepared.table(RunChunk)
     if sqls is None:
-        chunks = prepared.table(RunChunk)
         columns = ", ".join(chunks.column(n) for n in ("run_id", "seq", "type", "payload", "created_at"))
         head = f"INSERT INTO {chunks.name} ({columns})"
-        rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(batch))
-        typed = ", ".join(["(%s, %s::integer, %s, %s::jsonb, %s::timestamptz)"] * len(batch))
-        gated = f"{head} SELECT v.* FROM (VALUES {typed}) AS v WHERE EXISTS (SELECT 1 FROM {prepared.GATE})"
-        sqls = _CHUNK_INSERTS[key] = (f"{head} VALUES {rows}", gated)
-    return prepared.Statement(sqls[0], _chunk_params(run_id, batch), sqls[1])
+        if vendor == "postgresql":
+            select = (
+                "SELECT %s, (chunk->>0)::integer, chunk->>1, chunk->2, %s::timestamptz "
+                "FROM jsonb_array_elements(%s::jsonb) AS chunk"
+            )
+            sqls = (f"{head} {select}", f"{head} {select} WHERE EXISTS (SELECT 1 FROM {prepared.GATE})")
+        else:
+            rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(batch))
+            sqls = (f"{head} VALUES {rows}", "")
+        _CHUNK_INSERTS[key] = sqls
+    now = chunks.prep("created_at", timezone.now())
+    if vendor == "postgresql":
+        params: list[Any] = [run_id, now, json.dumps(batch)]
+    else:
+        params = []
+        for seq, type_, payload in batch:
+            params += [run_id, seq, type_, json.dumps(payload), now]
+    return prepared.Statement(sqls[0], params, sqls[1])
 
 
 def write_run_and_chunks(
     run_id: str,
     fields: dict[str, Any],
-    batch: list[LoggedChunk],
+    batch: list[Row],
     *,
     owner: str | None = None,
     unless_final: bool = False,
@@ -175,16 +172,16 @@ class ChunkLog:
         self.owner = owner
         self.next_seq = next_seq
         self.sinks = sinks
-        self.buffer: list[LoggedChunk] = []
+        self.buffer: list[Row] = []
         self.held: list[Chunk] = []  # emitted, not handed to the sinks yet
-        self.taken: list[LoggedChunk] = []  # taken by a write not known to have committed yet
+        self.taken: list[Row] = []  # taken by a write not known to have committed yet
         # The run's status as the last fenced write left it (its UPDATE returns it): whether the run was
         # cancelled meanwhile is known without a query of its own (``Segment._model_loop``).
         self.status_written: str | None = None
 
     def emit(self, type_: ChunkType, payload: dict, *, hold: bool = False) -> Chunk:
         chunk: Chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": self.next_seq, "payload": payload}
-        self.buffer.append(LoggedChunk(self.next_seq, type_, payload, timezone.now()))
+        self.buffer.append((self.next_seq, type_, payload))
         self.next_seq += 1
         if hold or self.held:
             self.held.append(chunk)
@@ -217,7 +214,7 @@ class ChunkLog:
     def write(
         self,
         fields: dict[str, Any],
-        batch: list[LoggedChunk],
+        batch: list[Row],
         also: Sequence[prepared.Statement] = (),
         *,
         unless_final: bool = False,
@@ -227,9 +224,7 @@ class ChunkLog:
         the run's status after it, None when nothing was written."""
         return write_run_and_chunks(self.run_id, fields, batch, owner=self.owner, unless_final=unless_final, also=also)
 
-    def fenced_write(
-        self, fields: dict[str, Any], batch: list[LoggedChunk], also: Sequence[prepared.Statement] = ()
-    ) -> None:
+    def fenced_write(self, fields: dict[str, Any], batch: list[Row], also: Sequence[prepared.Statement] = ()) -> None:
         """UPDATE the run's row and INSERT the batch; ``LeaseLost`` when the lease is another's (nothing
         was written; the caller's transaction then rolls back). The UPDATE comes first in a write, so
         that the row lock orders writers before their chunks."""
@@ -242,7 +237,7 @@ class ChunkLog:
         """``fenced_write`` without chunks."""
         self.fenced_write(fields, [])
 
-    def take_buffer(self) -> tuple[list[LoggedChunk], int]:
+    def take_buffer(self) -> tuple[list[Row], int]:
         """The chunks to write, and the run's next_seq once they are written (the caller writes both)."""
         batch, self.buffer = self.buffer, []
         self.taken += batch
@@ -264,6 +259,6 @@ class ChunkLog:
         dropped, self.held = self.held, []
         if dropped:
             self.next_seq = dropped[0]["seq"]
-            unlogged = [c for c in unlogged if c.seq < self.next_seq]
+            unlogged = [row for row in unlogged if row[0] < self.next_seq]
         self.buffer = unlogged
         return dropped

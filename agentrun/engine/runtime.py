@@ -6,7 +6,8 @@ loop of the caller — a script's, a test's, or the ASGI server's — and shares
 
 ``submit(coro)`` runs a coroutine in the background: on the current loop, the loop that called
 ``db()``, the server's loop (a sync view under ASGI), or a private loop in a daemon thread (a
-management command). It imports nothing from the engine.
+management command); ``submit(coro, detached=True)`` skips the first two, for work that must outlive a
+script's loop. It imports nothing from the engine.
 """
 
 from __future__ import annotations
@@ -82,16 +83,21 @@ def keep(task: asyncio.Task) -> asyncio.Task:
     return task
 
 
-def submit(coro: Coroutine[Any, Any, Any]) -> asyncio.AbstractEventLoop:
-    """Run ``coro`` in the background, on the best loop for it (see the module docstring); that loop."""
+def submit(coro: Coroutine[Any, Any, Any], *, detached: bool = False) -> asyncio.AbstractEventLoop:
+    """Run ``coro`` in the background, on the best loop for it (see the module docstring); that loop.
+
+    ``detached``: work that must outlive its caller's loop and shares nothing with it (the
+    notifications queue's tasks) runs on the server's loop or on the private one, never on a script's
+    or a test's loop — that loop ends when its ``asyncio.run`` does, and cancels what was left on it.
+    """
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
-    if loop is not None:
+    if loop is not None and (not detached or loop is _bound):
         keep(loop.create_task(coro))
         return loop
-    caller = _caller_loop.get()
+    caller = None if detached else _caller_loop.get()
     target: asyncio.AbstractEventLoop
     if caller is not None and _usable(caller):
         target = caller

@@ -7,7 +7,10 @@ never if it rolls back. So a decision and its continuation commit together on ei
 A task with ``run_after`` waits on the loop until then. Synchronous tasks of the default queue (the
 engine's) run in asgiref's database thread, like every other engine call; synchronous tasks of any
 other queue (``notifications``: webhooks, email) run in threads of their own, so a receiver that hangs
-holds one of those, never the engine.
+holds one of those, never the engine. The default queue's tasks run on their caller's loop (a
+continuation shares its channel layer); the other queues' on the server's loop or the engine's private
+one (``runtime.submit(detached=True)``), so that a script's ``asyncio.run`` ending does not cancel an
+event's handling or a retry waiting for its ``run_after``.
 
 Production uses ``django_tasks_db.DatabaseBackend`` and ``manage.py agentrun_worker`` instead.
 """
@@ -91,7 +94,10 @@ class InProcessBackend(BaseTaskBackend):
         queue = result.task.queue_name
         with self._lock:
             self._busy[result.id] = (queue, None)  # busy from now; its loop is known once submitted
-        loop = runtime.submit(self._execute(result))
+        # The engine's queue runs on its caller's loop (a continuation shares the caller's channel layer);
+        # any other queue's tasks must outlive a script's or a test's loop: a digest waiting for its
+        # run_after, an event's handling not yet in its thread, would be cancelled when that loop ends.
+        loop = runtime.submit(self._execute(result), detached=queue != DEFAULT_TASK_QUEUE_NAME)
         with self._lock:
             if result.id in self._busy:  # not finished already
                 self._busy[result.id] = (queue, loop)

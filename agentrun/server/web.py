@@ -18,7 +18,8 @@ What it changes in daphne (4.x, autobahn underneath):
   the connection's write buffer is full (Twisted pauses the connection as a producer above 64 KiB), so
   a consumer feels a slow client (the kernel's send buffer is bounded, ``SEND_BUFFER_BYTES``, so that it
   does within a few thousand chunks; ``ws/runs`` then closes it with 4008 once it is too far behind, see
-  ``agentrun.core.fanout.SubscriberBehind``), and the closing handshake waits up to
+  ``agentrun.core.fanout.SubscriberBehind``; the extension's ``client_full`` tells it whether the client
+  or this busy process is the one that waits), and the closing handshake waits up to
   ``CLOSE_HANDSHAKE_SECONDS`` for the client to read what was sent before the close frame.
 - **Frames made once** (``agentrun.ws.frames``): a websocket's scope announces the extension, and a
   message of that type carries whole text frames that are written to the connection as they are, so
@@ -30,8 +31,11 @@ What it changes in daphne (4.x, autobahn underneath):
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
+import gc
 import json
 import logging
 import os
@@ -39,6 +43,7 @@ import re
 import signal
 import socket
 import sys
+import termios
 import threading
 import time
 from typing import Any
@@ -52,7 +57,7 @@ from daphne.ws_protocol import WebSocketProtocol as DaphneWebSocketProtocol
 from twisted.internet.interfaces import IPushProducer
 from zope.interface import implementer
 
-from agentrun.ws.frames import FRAMES
+from agentrun.ws.frames import CLIENT_FULL, FRAMES
 
 logger = logging.getLogger("agentrun.server")
 
@@ -64,6 +69,9 @@ EXIT_GRACE_SECONDS = 2.0
 CLOSE_HANDSHAKE_SECONDS = 30
 # A websocket's kernel send buffer (Linux doubles it): with Twisted's 64 KiB, about 3,000 chunks.
 SEND_BUFFER_BYTES = 128 * 1024
+# A client has stopped reading when this much of what it was sent waits in the kernel for it: its own
+# receive buffer is full then (a client that reads keeps this near zero, however busy the server is).
+CLIENT_FULL_BYTES = SEND_BUFFER_BYTES
 TOO_LARGE_FRAME = json.dumps(
     {"type": "error", "error": {"code": "PAYLOAD_TOO_LARGE", "message": "A frame is at most 1 MiB."}}
 ).encode()
@@ -101,6 +109,17 @@ class WebSocketProtocol(DaphneWebSocketProtocol):
         with contextlib.suppress(Exception):
             self.transport.unregisterProducer()
         self.transport.registerProducer(self.flow, True)
+
+    def client_full(self) -> bool:
+        """The client does not read what it is sent: ``CLIENT_FULL_BYTES`` of it wait in the kernel's
+        send queue (``TIOCOUTQ``: sent but not acknowledged, that is not taken into the client's
+        receive buffer). What our write buffer holds does not count: a busy server holds it too."""
+        queued = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.transport.fileno(), termios.TIOCOUTQ, queued)
+        except (OSError, AttributeError, ValueError):  # closed, or not a socket: not the client's lag
+            return False
+        return queued[0] >= CLIENT_FULL_BYTES
 
     def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:  # noqa: N803
         if self.flow is not None:
@@ -191,6 +210,12 @@ class Server(DaphneServer):
         loop = reactor._asyncioEventloop
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.drain, signum)
+        # What is loaded by now (Django, the application: ~130k objects) lives as long as the process:
+        # out of the cyclic collector's way. Each full collection walked all of it, ~80 ms, and a
+        # process relaying chunks allocates enough to run one every few thousand chunks
+        # (docs/performance.md "Fan-out (third pass)", "Fourth pass").
+        gc.collect()
+        gc.freeze()
         super().run()
 
     def listen_success(self, port: Any) -> None:
@@ -248,7 +273,7 @@ class Server(DaphneServer):
 
     def create_application(self, protocol: Any, scope: dict) -> Any:
         if isinstance(protocol, WebSocketProtocol):
-            scope.setdefault("extensions", {})[FRAMES] = {}
+            scope.setdefault("extensions", {})[FRAMES] = {CLIENT_FULL: protocol.client_full}
         return super().create_application(protocol, scope)
 
     async def handle_reply(self, protocol: Any, message: dict) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -32,7 +33,7 @@ from agentrun.core.models import Decision, Run
 from agentrun.engine.agents import follow, get_agent
 from agentrun.engine.runtime import db
 from agentrun.engine.service import Decider, DecisionCommand, decide
-from agentrun.ws.frames import FRAMES
+from agentrun.ws.frames import CLIENT_FULL, FRAMES
 
 logger = logging.getLogger("agentrun.ws")
 
@@ -88,13 +89,39 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
 
     async def _forward(self, run_id: str, after: int) -> None:
         sent = after
+        stalled: list[int] = []
+
+        def on_stall(resume_after: int) -> None:
+            # Its client stopped reading while more than AGENTRUN_WS_MAX_LAG chunks wait for it: the
+            # send waiting on it is stopped (what it wrote stays queued before the close frame).
+            stalled.append(resume_after)
+            assert self.forwarder is not None
+            self.forwarder.cancel()
+
         try:
-            # A send waits while the client's connection is backed up (agentrun.server.web), so a
-            # slow reader's chunks wait here, counted against AGENTRUN_WS_MAX_LAG.
-            batches = subscribe_batches(run_id, after, until="final", max_lag=settings.AGENTRUN_WS_MAX_LAG, resync=True)
-            async for batch in batches:
-                await self.send_chunks(batch)
-                sent = batch[-1]["seq"]
+            # A send waits while the client's connection is backed up (agentrun.server.web). Closed 4008
+            # when more than AGENTRUN_WS_MAX_LAG chunks wait because the client does not take what it was
+            # sent (the server says so: agentrun.ws.frames), never because this process was busy.
+            batches = subscribe_batches(
+                run_id,
+                after,
+                until="final",
+                max_lag=settings.AGENTRUN_WS_MAX_LAG,
+                resync=True,
+                client_full=self.scope.get("extensions", {}).get(FRAMES, {}).get(CLIENT_FULL),
+                on_stall=on_stall,
+            )
+            async with aclosing(batches):
+                async for batch in batches:
+                    await self.send_chunks(batch)
+                    sent = batch[-1]["seq"]
+        except asyncio.CancelledError:
+            if not stalled:  # the socket closed (disconnect)
+                raise
+            if (task := asyncio.current_task()) is not None:
+                task.uncancel()
+            await self.close(code=SUBSCRIBER_BEHIND, reason=f"resume after={stalled[0]}")
+            return
         except SubscriberInterrupted as interrupted:
             # The database stayed away: reconnect in a few seconds after the seq named; nothing is lost.
             await self.close(code=TRY_AGAIN_LATER, reason=f"resume after={interrupted.resume_after}")

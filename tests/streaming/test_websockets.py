@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from agentrun.asgi import application
-from agentrun.core.fanout import RunPublisher
+from agentrun.core import fanout
+from agentrun.core.fanout import RunPublisher, run_group, ws_text
 from agentrun.core.models import RunChunk, ToolEffect
 from agentrun.engine.agents import get_agent
 from agentrun.engine.chunklog import ChunkLog
@@ -178,6 +182,98 @@ async def test_a_client_that_disconnects_does_not_stop_the_run():
     assert run.status == Run.Status.COMPLETED
     texts = [c.payload["text"] async for c in RunChunk.objects.filter(run_id=run.id, type="text-delta").order_by("seq")]
     assert "".join(texts) == "Echo: /sleep 300\nstill here"
+
+
+async def _deliver_while_busy(group: str, messages: list[dict]) -> None:
+    """The messages reach this process while its event loop is blocked (a busy process): none of its
+    tasks runs between them, so its subscribers find them all waiting at once."""
+    layer = get_channel_layer()
+    if isinstance(layer, InMemoryChannelLayer):
+        # Sent together: every message is queued before the process runs any other task.
+        await asyncio.gather(*(layer.group_send(group, message) for message in messages))
+        return
+
+    def publish() -> None:
+        async def send_all() -> None:
+            for message in messages:
+                await layer.group_send(group, message)
+
+        asyncio.run(send_all())  # a loop of its own: the layer keeps a connection per loop
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    publisher.join()  # the loop does nothing meanwhile ...
+    time.sleep(0.3)  # ... nor while the messages reach this process's socket
+
+
+async def test_a_busy_process_closes_no_subscriber_that_keeps_up(settings):
+    """The web process is too busy to run its subscribers while a run publishes three bursts, each far
+    more than AGENTRUN_WS_MAX_LAG: they are behind only because the process was, their clients read
+    everything they are sent, and none is closed 4008 (the old rule closed every one). Each gets every
+    chunk, in order, the same frames."""
+    settings.AGENTRUN_WS_MAX_LAG = 5
+    token = await reviewer_token()
+    stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "ws-busy"})
+    last = (await stream.collect())[-1]["seq"]
+    comms = [communicator(f"/ws/runs/{stream.run_id}/?after={last}", token) for _ in range(3)]
+    for comm in comms:
+        assert (await comm.connect())[0]
+    publisher = RunPublisher(stream.run_id)
+    log = ChunkLog(stream.run_id, last + 1, [publisher])
+    log.emit("text-delta", {"id": "msg_busy", "text": "first"})
+    await sync_to_async(log.flush_sync)()
+    await publisher.aclose()
+    for comm in comms:
+        assert (await comm.receive_json_from(timeout=10))["seq"] == last + 1
+
+    quiet = ChunkLog(stream.run_id, last + 2, [])  # logged here, published below
+    bursts = [[quiet.emit("text-delta", {"id": "msg_busy", "text": f"b{b}w{i}"}) for i in range(40)] for b in range(3)]
+    await sync_to_async(quiet.flush_sync)()
+    await _deliver_while_busy(
+        run_group(stream.run_id), [{"type": "run.frames", "frames": [ws_text(c) for c in burst]} for burst in bursts]
+    )
+
+    texts: list[list[str]] = [[] for _ in comms]
+    for comm, got in zip(comms, texts, strict=True):
+        while len(got) < 120:
+            frame = await comm.receive_output(timeout=10)
+            assert frame["type"] == "websocket.send", f"closed after {len(got)} of 120 chunks: {frame}"
+            got.append(frame["text"])
+    assert texts[0] == texts[1] == texts[2]
+    logged = RunChunk.objects.filter(run_id=stream.run_id, seq__gt=last + 1).order_by("seq")
+    assert [json.loads(t) for t in texts[0]] == [c.to_chunk() async for c in logged]
+    for comm in comms:
+        assert await comm.receive_nothing(timeout=0.3), "kept open: none of them is behind"
+        await comm.disconnect()
+
+
+async def test_a_subscriber_whose_client_stopped_reading_is_told_while_its_send_waits(monkeypatch):
+    """``ws/runs`` sends what it was given and waits while the client's connection is full: a client that
+    stopped reading would hold that send, and the socket, for as long as it stalls. The subscription
+    says so meanwhile (``on_stall``, with the seq to resume after) once more than ``max_lag`` chunks wait
+    and the connection stayed full, so the consumer stops waiting and closes 4008."""
+    monkeypatch.setattr(fanout, "CLIENT_STALL_SECONDS", 0.2)
+    stream = await get_agent("support-agent").stream(EMAIL, memory={"thread": "ws-stalled"})
+    last = (await stream.collect())[-1]["seq"]
+    publisher = RunPublisher(stream.run_id)
+    log = ChunkLog(stream.run_id, last + 1, [publisher])
+    stalled: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    batches = fanout.subscribe_batches(
+        stream.run_id, last, max_lag=5, client_full=lambda: True, on_stall=stalled.set_result
+    )
+    first = asyncio.ensure_future(anext(batches))
+    await asyncio.sleep(0.2)  # joined
+    log.emit("text-delta", {"id": "msg_stall", "text": "first"})
+    await publisher.aclose()
+    assert [c["seq"] for c in await first] == [last + 1]
+    # Its consumer is sending that batch to a client that reads nothing, and never comes back for more.
+    for burst in range(4):
+        for i in range(10):
+            log.emit("text-delta", {"id": "msg_stall", "text": f"b{burst}w{i}"})
+        await publisher.aclose()
+        await asyncio.sleep(0.1)
+    assert await asyncio.wait_for(stalled, 5) == last + 1, "resume after the last seq it was given"
+    await batches.aclose()
 
 
 async def test_subscribers_that_keep_up_get_the_same_frames_of_a_burst_and_are_not_closed_as_behind(settings):

@@ -110,16 +110,7 @@ def test_slow_subscribers_of_a_10k_chunk_run_are_closed_cleanly_and_resume_witho
     token = create_reviewer(processes, "ws-slow")
     _, port = processes.daphne("daphne", env={"AGENTRUN_WS_MAX_LAG": "500"})
     processes.worker("worker")
-    text = " ".join(f"w{i}" for i in range(WORDS - 3))  # "Echo: /sleep 3000" + these: 10,000 deltas
-    with requests.post(
-        f"http://127.0.0.1:{port}/api/agents/support-agent/stream",
-        json={"messages": f"/sleep 3000\n{text}"},  # 3 s before the first delta: subscribers join first
-        headers={"Authorization": f"Token {token}"},
-        stream=True,
-        timeout=30,
-    ) as sse:
-        first = next(line for line in sse.iter_lines(decode_unicode=True) if line.startswith("data:"))
-    run_id = json.loads(first[5:])["runId"]
+    run_id = _start_long_run(port, token)
 
     async def everyone():
         return await asyncio.gather(*(_subscriber(port, token, run_id, slow=i % 2 == 1) for i in range(10)))
@@ -139,6 +130,55 @@ def test_slow_subscribers_of_a_10k_chunk_run_are_closed_cleanly_and_resume_witho
         f"ws/runs slow subscribers: {len(logged)} chunks x 10 subscribers (5 slow) in {elapsed:.1f} s, "
         f"{resumed} closes with 4008 then resumed, 0 lost, 0 resets"
     )
+
+
+def _start_long_run(port: int, token: str) -> str:
+    text = " ".join(f"w{i}" for i in range(WORDS - 3))  # "Echo: /sleep 3000" + these: 10,000 deltas
+    with requests.post(
+        f"http://127.0.0.1:{port}/api/agents/support-agent/stream",
+        json={"messages": f"/sleep 3000\n{text}"},  # 3 s before the first delta: subscribers join first
+        headers={"Authorization": f"Token {token}"},
+        stream=True,
+        timeout=30,
+    ) as sse:
+        first = next(line for line in sse.iter_lines(decode_unicode=True) if line.startswith("data:"))
+    return json.loads(first[5:])["runId"]
+
+
+async def _stalled_subscriber(port: int, token: str, run_id: str) -> tuple[list[dict], int | None, str]:
+    """Connect, then read nothing (the connection fills up) until the run is over and some seconds
+    more; then read everything to the close."""
+    from agentrun.core.fanout import CLIENT_STALL_SECONDS
+    from agentrun.core.models import Run
+
+    url = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/?after=0&token={token}"
+    async with await _connect(url, port, small_buffer=True) as ws:
+        while await asyncio.to_thread(lambda: Run.objects.get(pk=run_id).status) != Run.Status.COMPLETED:
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(CLIENT_STALL_SECONDS + 2)
+        chunks = []
+        try:
+            async for message in ws:
+                chunks.append(json.loads(message))
+        except websockets.ConnectionClosedError as closed:
+            assert closed.rcvd is not None, f"dropped without a close frame after {len(chunks)} chunks: {closed!r}"
+        return chunks, ws.close_code, ws.close_reason
+
+
+def test_a_client_that_stops_reading_is_closed_4008_while_it_stalls(processes):
+    """A ws/runs client that stops reading mid-run is told it fell behind (4008) while it stalls, not
+    waited for: reading again, it finds the chunks it was sent, then the close with the seq to resume
+    after; the log has the rest."""
+    from agentrun.core.models import RunChunk
+
+    token = create_reviewer(processes, "ws-stall")
+    _, port = processes.daphne("daphne", env={"AGENTRUN_WS_MAX_LAG": "500"})
+    processes.worker("worker")
+    run_id = _start_long_run(port, token)
+    chunks, code, reason = asyncio.run(_stalled_subscriber(port, token, run_id))
+    logged = [c.to_chunk() for c in RunChunk.objects.filter(run_id=run_id).order_by("seq")]
+    assert (code, reason) == (4008, f"resume after={chunks[-1]['seq']}"), (code, reason, len(chunks))
+    assert chunks == logged[: len(chunks)] and len(chunks) < len(logged)
 
 
 async def _program_without_origin(port: int, token: str) -> tuple[str, str]:
