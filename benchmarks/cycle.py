@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/cycle.py                       # embedded default (SQLite, throw-away)
     DATABASE_URL=postgres://… .venv/bin/python benchmarks/cycle.py --cycles 50
     .venv/bin/python benchmarks/cycle.py --sql                 # print the statements of one cycle
+    .venv/bin/python benchmarks/cycle.py --profile docs/profiles/cycle-sqlite.txt   # where the CPU goes
 
 A cycle is what a user of the Python API does: ``stream()`` a run that calls ``send-email`` and reads it
 until it suspends (the *suspend* phase), then ``approve_tool_call()`` and reads the continuation until the
@@ -192,6 +193,76 @@ def measure_cycle(n: int = 50, *, keep_sql: bool = False) -> dict:
     return figures
 
 
+# Where a profile's self time goes, by the file a function is in (first match wins).
+PROFILE_CATEGORIES = [
+    ("Django ORM (querysets, compiling, model instances)", ("django/db/models",)),
+    ("database driver and Django's cursor (SQL, adapting values)", ("sqlite3", "psycopg", "django/db/backends")),
+    ("waiting for the database thread (event loop poll)", ("select.epoll", "selectors.py")),
+    (
+        "thread hops (asgiref, futures, locks, queues, the loop's self-pipe)",
+        ("asgiref", "concurrent/futures", "threading.py", "queue", "_socket.socket", "contextvars"),
+    ),
+    ("asyncio", ("asyncio",)),
+    ("Django templates (the reviewers' feed fragment)", ("django/template",)),
+    ("Django, other", ("django/",)),
+    ("agentrun.core.fanout (relaying stream, reviewers' feed)", ("agentrun/core/fanout",)),
+    ("agentrun, other", ("agentrun/",)),
+    ("JSON", ("json",)),
+    ("audit receipts (Ed25519, RFC 8785)", ("rfc8785", "cryptography", "hashlib", "_sha")),
+    ("Python builtins (getattr, isinstance, …)", ("~:<built-in", "~:<method")),
+]
+
+
+def profile_report(stats: object, cycles: int) -> str:
+    """A ``pstats.Stats`` as text: self time per cycle by category, trips to the database thread,
+    and the functions with the most cumulative time."""
+    import io
+    import pstats
+
+    assert isinstance(stats, pstats.Stats)
+    raw: dict = stats.stats  # type: ignore[attr-defined]  # {(file, line, name): (cc, nc, tt, ct, callers)}
+    by_category: dict[str, float] = {}
+    total = 0.0
+    trips = 0
+    for (file, _line, name), (_cc, calls, tottime, _ct, _callers) in raw.items():
+        where = f"{file}:{name}"
+        category = next((c for c, marks in PROFILE_CATEGORIES if any(m in where for m in marks)), "other")
+        by_category[category] = by_category.get(category, 0.0) + tottime
+        total += tottime
+        if file.endswith("asgiref/sync.py") and name == "thread_handler":
+            trips += calls
+    lines = [f"self time per cycle by category ({cycles} cycles, {1000 * total / cycles:.2f} ms profiled a cycle):"]
+    for category, seconds in sorted(by_category.items(), key=lambda item: -item[1]):
+        lines.append(f"  {1000 * seconds / cycles:7.2f} ms  {100 * seconds / total:5.1f}%  {category}")
+    lines.append(f"trips to asgiref's database thread a cycle: {trips / cycles:.1f}")
+    out = io.StringIO()
+    stats.stream = out  # type: ignore[attr-defined]
+    stats.sort_stats("cumulative").print_stats(60)
+    lines += ["", "# top functions by cumulative time (every thread)", out.getvalue()]
+    return "\n".join(lines)
+
+
+def profile_cycles(n: int, path: str) -> None:
+    """``n`` cycles (after a warm-up) under cProfile, which on Python 3.12 sees every thread; the
+    report (``profile_report``) written to ``path``."""
+    import cProfile
+    import pstats
+
+    measure_cycle(5)  # warm up
+    profiler = cProfile.Profile()
+    profiler.enable()
+    figures = measure_cycle(n)
+    profiler.disable()
+    from django.db import connection
+
+    header = (
+        f"# cProfile of benchmarks/cycle.py --profile ({n} cycles after a warm-up), {connection.vendor}; "
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; profiled CPU a cycle "
+        f"{figures['cpu_ms']['median']} ms (median; cProfile slows everything down)\n"
+    )
+    Path(path).write_text(header + profile_report(pstats.Stats(profiler), n + 1) + "\n")
+
+
 def _setup() -> None:
     import django
 
@@ -207,6 +278,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=50)
     parser.add_argument("--sql", action="store_true", help="print the statements of the last cycle")
+    parser.add_argument("--profile", metavar="FILE", help="profile the cycles (cProfile) and write a report to FILE")
     args = parser.parse_args()
     if "DATABASE_URL" not in os.environ and "AGENTRUN_DATA_DIR" not in os.environ:
         # The embedded default on a throw-away SQLite file, in a child process that owns it.
@@ -217,6 +289,9 @@ def main() -> None:
     os.environ.setdefault("AGENTRUN_EMBEDDED_SWEEPER", "0")
     sys.path.insert(0, str(ROOT))
     _setup()
+    if args.profile:
+        profile_cycles(args.cycles, str(Path(args.profile).resolve()))
+        return
     figures = measure_cycle(args.cycles, keep_sql=args.sql)
     if args.sql:
         for phase, statements in figures.pop("sql").items():

@@ -72,6 +72,12 @@ def add_listener(listener: Listener) -> None:
         _listeners.append(listener)
 
 
+def wanted(type_: str, agent_id: str) -> bool:
+    """Whether ``record`` would write this event (a listener wants it). A write that may record one
+    runs in a transaction, so that the event exists exactly when the change does."""
+    return any(listener.wants(type_, agent_id) for listener in _listeners)
+
+
 def record(type_: str, *, agent_id: str, run_id: str, data: Callable[[], dict]) -> None:
     """Record an event in the caller's transaction, if a listener wants it. ``data`` builds the body's
     ``data`` (a REST shape) only then."""
@@ -79,7 +85,7 @@ def record(type_: str, *, agent_id: str, run_id: str, data: Callable[[], dict]) 
         raise ValueError(f"unknown event type {type_!r}")
     if type_ in FINAL_STATUS_OF:  # every final transition records its event here: /metrics counts it
         metrics.run_finished(agent_id=agent_id, status=FINAL_STATUS_OF[type_])
-    if not any(listener.wants(type_, agent_id) for listener in _listeners):
+    if not wanted(type_, agent_id):
         return
     event = OutboxEvent.objects.create(type=type_, agent_id=agent_id, run_id=run_id, data=data())
     for listener in _listeners:

@@ -48,6 +48,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
+from agentrun.core import prepared
 from agentrun.core.models import AuditChainHead, AuditReceipt, Decision
 from agentrun.core.timeutil import iso
 
@@ -133,6 +134,11 @@ def _signing_key(raw: str, path: str, data_dir: str) -> Ed25519PrivateKey:
     return parse_private_key(Path(path or _generated_key_file()).read_bytes())
 
 
+@cache
+def _signing_key_id(key: Ed25519PrivateKey) -> str:
+    return key_id(key.public_key())
+
+
 def signing_key() -> Ed25519PrivateKey:
     return _signing_key(
         settings.AGENTRUN_AUDIT_SIGNING_KEY, settings.AGENTRUN_AUDIT_SIGNING_KEY_FILE, str(settings.DATA_DIR)
@@ -189,7 +195,11 @@ def _payload(seq: int, kid: str, prev_hash: str, signed_record: dict[str, Any]) 
 
 
 def _head_for_update(heads: type[AuditChainHead]) -> AuditChainHead:
-    head = heads.objects.select_for_update().filter(pk=HEAD).first()
+    if heads is AuditChainHead:  # SQL written once (agentrun.core.prepared): every decision takes it
+        found = prepared.table(heads).rows('"id" = %s', [HEAD], lock=True)
+        head = found[0] if found else None
+    else:  # a migration's model
+        head = heads.objects.select_for_update().filter(pk=HEAD).first()
     if head is None:  # the row went (migrations and ``install_triggers`` make it): the chain starts again
         heads.objects.bulk_create([heads(pk=HEAD)], ignore_conflicts=True)
         head = heads.objects.select_for_update().get(pk=HEAD)
@@ -237,11 +247,11 @@ def seal(
         pending.append(decision)
         return None
     key = signing_key()
-    kid = key_id(key.public_key())
+    kid = _signing_key_id(key)
     head = _head_for_update(heads)
     payload = _payload(head.seq + 1, kid, head.hash, record(decision))
     signature = base64.b64encode(key.sign(canonical(payload))).decode()
-    return receipts.objects.create(
+    receipt = receipts(
         seq=payload["seq"],
         decision_id=decision.pk,
         key_id=kid,
@@ -249,6 +259,11 @@ def seal(
         signature=signature,
         hash=receipt_hash(payload, signature),
     )
+    if receipts is AuditReceipt:
+        prepared.table(receipts).insert([receipt])
+    else:
+        receipt.save(force_insert=True)
+    return receipt
 
 
 def export_line(receipt: AuditReceipt, signed_record: dict[str, Any]) -> dict[str, Any]:

@@ -6,22 +6,138 @@ the end of a segment. Only the holder of the run's lease writes it (``engine/lea
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from agentrun.core import prepared
 from agentrun.core.chunks import Chunk, ChunkType
 from agentrun.core.models import Run, RunChunk
 
 # A buffered chunk: (seq, type, payload). No model instance per chunk: the log is written by one
-# INSERT per batch (``insert_chunks``), the worker's largest cost per chunk before (docs/performance.md
+# INSERT per batch (``_chunks_statement``), the worker's largest cost per chunk before (docs/performance.md
 # "Fan-out (third pass)", "Fourth pass").
 Row = tuple[int, str, dict]
 
 
 class LeaseLost(Exception):  # noqa: N818 - a state, not an error of ours
     """The run's lease went to another process (this one stalled past it): it writes nothing more."""
+
+
+@dataclass(frozen=True)
+class Added:
+    """A run column increased by ``amount`` in the UPDATE (``step_count=Added(1)``)."""
+
+    amount: int
+
+
+_UPDATES: dict[tuple, str] = {}
+
+
+def _update_sql(names: tuple[str, ...], added: frozenset[str], fenced: bool, unless_final: bool) -> str:
+    """The UPDATE of one run's columns, returning its status, written once per shape
+    (``agentrun.core.prepared``)."""
+    key = (prepared.connection().vendor, names, added, fenced, unless_final)
+    sql = _UPDATES.get(key)
+    if sql is None:
+        runs = prepared.table(Run)
+        sets = ", ".join(
+            f"{runs.column(n)} = {runs.column(n)} + %s" if n in added else f"{runs.column(n)} = %s" for n in names
+        )
+        sql = f"UPDATE {runs.name} SET {sets} WHERE {runs.column('id')} = %s"
+        if fenced:
+            sql += f" AND {runs.column('lease_owner')} = %s"
+        if unless_final:
+            sql += f" AND {runs.column('status')} NOT IN ({', '.join(['%s'] * len(Run.FINAL_STATUSES))})"
+        _UPDATES[key] = sql = f"{sql} RETURNING {runs.column('status')}"
+    return sql
+
+
+def _update_params(run_id: str, fields: dict[str, Any], owner: str | None, unless_final: bool) -> list[Any]:
+    runs = prepared.table(Run)
+    params = [v.amount if isinstance(v, Added) else runs.prep(n, v) for n, v in fields.items()]
+    params.append(run_id)
+    if owner is not None:
+        params.append(owner)
+    if unless_final:
+        params += list(Run.FINAL_STATUSES)
+    return params
+
+
+def _shape(fields: dict[str, Any]) -> tuple[tuple[str, ...], frozenset[str]]:
+    return tuple(fields), frozenset(n for n, v in fields.items() if isinstance(v, Added))
+
+
+def update_run(
+    run_id: str, fields: dict[str, Any], *, owner: str | None = None, unless_final: bool = False
+) -> str | None:
+    """UPDATE one run's ``fields`` (values, or ``Added``), as long as ``owner`` holds its lease (when
+    given) and it is not final (``unless_final``). The run's status after it, or None when no row
+    changed."""
+    sql = _update_sql(*_shape(fields), owner is not None, unless_final)
+    rows = prepared.fetch(sql, _update_params(run_id, fields, owner, unless_final))
+    return rows[0][0] if rows else None
+
+
+_CHUNK_INSERTS: dict[tuple[str, int], tuple[str, str]] = {}
+
+
+def _chunks_statement(run_id: str, batch: list[Row]) -> prepared.Statement:
+    """The INSERT of the batch, in one statement (gated: as ``prepared.run_gated`` runs it), each payload
+    as ``json.dumps`` makes it (what ``JSONField`` writes), the batch's time as every chunk's
+    ``created_at``. On PostgreSQL the batch is one JSON text unpacked by the database: one parameter to
+    adapt whatever the batch's size (a parameter per column of every chunk cost ~7 µs a chunk to quote).
+    Its SQL is written once per database (and, on SQLite, per batch size)."""
+    vendor = prepared.connection().vendor
+    key = (vendor, 0 if vendor == "postgresql" else len(batch))
+    sqls = _CHUNK_INSERTS.get(key)
+    chunks = prepared.table(RunChunk)
+    if sqls is None:
+        columns = ", ".join(chunks.column(n) for n in ("run_id", "seq", "type", "payload", "created_at"))
+        head = f"INSERT INTO {chunks.name} ({columns})"
+        if vendor == "postgresql":
+            select = (
+                "SELECT %s, (chunk->>0)::integer, chunk->>1, chunk->2, %s::timestamptz "
+                "FROM jsonb_array_elements(%s::jsonb) AS chunk"
+            )
+            sqls = (f"{head} {select}", f"{head} {select} WHERE EXISTS (SELECT 1 FROM {prepared.GATE})")
+        else:
+            rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(batch))
+            sqls = (f"{head} VALUES {rows}", "")
+        _CHUNK_INSERTS[key] = sqls
+    now = chunks.prep("created_at", timezone.now())
+    if vendor == "postgresql":
+        params: list[Any] = [run_id, now, json.dumps(batch)]
+    else:
+        params = []
+        for seq, type_, payload in batch:
+            params += [run_id, seq, type_, json.dumps(payload), now]
+    return prepared.Statement(sqls[0], params, sqls[1])
+
+
+def write_run_and_chunks(
+    run_id: str,
+    fields: dict[str, Any],
+    batch: list[Row],
+    *,
+    owner: str | None = None,
+    unless_final: bool = False,
+    also: Sequence[prepared.Statement] = (),
+) -> str | None:
+    """UPDATE the run (``update_run``) and, if that changed its row, INSERT the batch and run ``also``
+    (the rest of the write): one statement on PostgreSQL (``prepared.run_gated``), in order elsewhere
+    (the caller holds a transaction). The run's status after it, or None when no row changed (then
+    nothing was written)."""
+    first = prepared.Statement(
+        _update_sql(*_shape(fields), owner is not None, unless_final),
+        _update_params(run_id, fields, owner, unless_final),
+    )
+    rest = [_chunks_statement(run_id, batch)] if batch else []
+    rows = prepared.run_gated(first, [*rest, *also])
+    return rows[0][0] if rows else None
 
 
 # --- the chunk log --------------------------------------------------------------------------------
@@ -59,12 +175,14 @@ class ChunkLog:
         self.buffer: list[Row] = []
         self.held: list[Chunk] = []  # emitted, not handed to the sinks yet
         self.taken: list[Row] = []  # taken by a write not known to have committed yet
+        # The run's status as the last fenced write left it (its UPDATE returns it): whether the run was
+        # cancelled meanwhile is known without a query of its own (``Segment._model_loop``).
+        self.status_written: str | None = None
 
     def emit(self, type_: ChunkType, payload: dict, *, hold: bool = False) -> Chunk:
-        seq = self.next_seq
-        chunk: Chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": seq, "payload": payload}
-        self.buffer.append((seq, type_, payload))
-        self.next_seq = seq + 1
+        chunk: Chunk = {"type": type_, "runId": self.run_id, "from": "AGENT", "seq": self.next_seq, "payload": payload}
+        self.buffer.append((self.next_seq, type_, payload))
+        self.next_seq += 1
         if hold or self.held:
             self.held.append(chunk)
         else:
@@ -79,40 +197,51 @@ class ChunkLog:
     def full(self) -> bool:
         return len(self.buffer) >= self.BATCH
 
-    def flush_sync(self, **run_fields: Any) -> None:
+    def flush_sync(self, also: Sequence[prepared.Statement] = (), **run_fields: Any) -> None:
         """Write the buffered chunks and the run's ``next_seq``; ``run_fields`` go in the same UPDATE, so
         a state change that commits the chunks emitted before it costs no extra round trip."""
-        if not self.buffer and not run_fields:
+        if not self.buffer and not run_fields and not also:
             return
-        batch, next_seq = self._take()
+        batch, next_seq = self.take_buffer()
+        if prepared.one_statement():  # atomic on its own
+            self.fenced_write({"next_seq": next_seq, **run_fields}, batch, also)
+            return
         # No savepoint inside a caller's transaction: nothing catches a failure here, which fails the
         # caller's transaction anyway.
         with transaction.atomic(savepoint=False):
-            self.fenced_update(next_seq=next_seq, **run_fields)
-            if batch:
-                insert_chunks(self.run_id, batch)
+            self.fenced_write({"next_seq": next_seq, **run_fields}, batch, also)
 
-    def run_row(self) -> Any:
-        """The run's row, as long as the writer holds its lease (a queryset)."""
-        row = Run.objects.filter(pk=self.run_id)
-        return row if self.owner is None else row.filter(lease_owner=self.owner)
+    def write(
+        self,
+        fields: dict[str, Any],
+        batch: list[Row],
+        also: Sequence[prepared.Statement] = (),
+        *,
+        unless_final: bool = False,
+    ) -> str | None:
+        """UPDATE the run's row, as long as the writer holds its lease (and, ``unless_final``, the run
+        is not final), then, if it did, INSERT the batch and run ``also`` (``write_run_and_chunks``);
+        the run's status after it, None when nothing was written."""
+        return write_run_and_chunks(self.run_id, fields, batch, owner=self.owner, unless_final=unless_final, also=also)
+
+    def fenced_write(self, fields: dict[str, Any], batch: list[Row], also: Sequence[prepared.Statement] = ()) -> None:
+        """UPDATE the run's row and INSERT the batch; ``LeaseLost`` when the lease is another's (nothing
+        was written; the caller's transaction then rolls back). The UPDATE comes first in a write, so
+        that the row lock orders writers before their chunks."""
+        status = self.write(fields, batch, also)
+        if status is None and Run.objects.filter(pk=self.run_id).exists():
+            raise LeaseLost(self.run_id)
+        self.status_written = status
 
     def fenced_update(self, **fields: Any) -> None:
-        """UPDATE the run's row; ``LeaseLost`` when the lease is another's (the caller's transaction
-        then rolls back). First in a write, so that the row lock orders writers before their chunks."""
-        if not self.run_row().update(**fields) and Run.objects.filter(pk=self.run_id).exists():
-            raise LeaseLost(self.run_id)
+        """``fenced_write`` without chunks."""
+        self.fenced_write(fields, [])
 
-    def _take(self) -> tuple[list[Row], int]:
+    def take_buffer(self) -> tuple[list[Row], int]:
+        """The chunks to write, and the run's next_seq once they are written (the caller writes both)."""
         batch, self.buffer = self.buffer, []
         self.taken += batch
         return batch, self.next_seq
-
-    def take_buffer(self) -> tuple[list[RunChunk], int]:
-        """The chunks to write (``RunChunk`` instances, for ``bulk_create``), and the run's next_seq once
-        they are written (the caller writes both)."""
-        batch, next_seq = self._take()
-        return [RunChunk(run_id=self.run_id, seq=seq, type=t, payload=p) for seq, t, p in batch], next_seq
 
     def committed(self) -> None:
         """The write that took the buffer committed: the held chunks it logged go to the sinks."""
@@ -133,29 +262,3 @@ class ChunkLog:
             unlogged = [row for row in unlogged if row[0] < self.next_seq]
         self.buffer = unlogged
         return dropped
-
-
-def insert_chunks(run_id: str, rows: list[Row]) -> None:
-    """Write chunks of one run to the log: one INSERT, no model instance (what ``bulk_create`` wrote:
-    each payload as ``json.dumps`` makes it, the same ``created_at`` for the batch)."""
-    columns = ", ".join(connection.ops.quote_name(name) for name in _COLUMNS)
-    table = connection.ops.quote_name(RunChunk._meta.db_table)
-    now = timezone.now()
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # The batch as one JSON text, made by one json.dumps call and unpacked by PostgreSQL: one
-            # parameter to adapt whatever the batch's size (arrays of strings cost ~7 µs a chunk to quote).
-            cursor.execute(
-                f"INSERT INTO {table} ({columns}) SELECT %s, (chunk->>0)::integer, chunk->>1, chunk->2, %s "
-                "FROM jsonb_array_elements(%s::jsonb) AS chunk",
-                [run_id, now, json.dumps(rows)],
-            )
-        else:
-            stamp = connection.ops.adapt_datetimefield_value(now)
-            cursor.executemany(
-                f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s)",
-                [(run_id, seq, type_, json.dumps(payload), stamp) for seq, type_, payload in rows],
-            )
-
-
-_COLUMNS = ("run_id", "seq", "type", "payload", "created_at")  # RunChunk's

@@ -24,11 +24,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.core import access, claims, metrics, outbox, receipts, tracing
+from agentrun.core import access, claims, metrics, outbox, prepared, receipts, tracing
 from agentrun.core.errors import AgentRunError
 from agentrun.core.fanout import notify_approvals
 from agentrun.core.models import Decision, Run, RunStep, Snapshot, StandingGrant, SuspendedToolCall, args_fingerprint
@@ -308,7 +308,7 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
     requests = command.requests
     # No savepoint: every error here fails the whole decision (record_decisions).
     with transaction.atomic(savepoint=False):
-        run = Run.objects.select_for_update().filter(pk=command.run_id, agent_id=command.agent_id).first()
+        run, open_calls = _locked_run_and_open_calls(command.run_id, command.agent_id)
         if run is None:
             raise AgentRunError("RUN_NOT_FOUND", f"No run {command.run_id} for agent {command.agent_id}.")
         if run.status == Run.Status.SUSPENDED and run.expires_at is not None and run.expires_at <= timezone.now():
@@ -318,16 +318,18 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
             surfacing = _surfacing_call(run, requests[0].tool_call_id)
             if surfacing is not None:
                 return _record_on_surfacing_call(run, surfacing, command)
-        open_calls = list(
-            SuspendedToolCall.objects.filter(run=run, status=SuspendedToolCall.Status.OPEN).order_by("position", "id")
-        )
         decisions: list[Decision] = []
+        # The decision's writes (its rows, the calls', the run's) are made once every rule was checked,
+        # then the decisions sealed. One statement each, in this order: the counters' triggers (the
+        # decisions' rollup, the waiting calls', the listing's) lock their rows in the order every
+        # writer takes them, so that decisions, suspensions and cancellations never deadlock.
+        writes: list[prepared.Statement] = []
         decided_ids: list[str] = []
         approvals: dict[str, dict] = {}
         for index, request in enumerate(requests):
             try:
                 call = _open_call(run, open_calls, request.tool_call_id)
-                decision, progress = _decide_call(run, call, request, command.decider)
+                decision, progress = _decide_call(run, call, request, command.decider, writes)
             except AgentRunError as exc:
                 raise _indexed(exc, index if command.batch else None) from None
             decisions.append(decision)
@@ -340,8 +342,12 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
         if completed and not open_calls:
             # The last open call is decided: the run stops waiting, its snapshot goes.
             run.status = Run.Status.IN_PROGRESS
-            run.save(update_fields=["status"])
-            Snapshot.objects.filter(run=run).delete()
+            writes.append(prepared.table(Run).update_statement(run, ["status"]))
+            writes.append(prepared.table(Snapshot).delete_statement('"run_id" = %s', [run.pk]))
+        for statement in writes:
+            prepared.execute(statement.sql, statement.params)
+        for decision in decisions:
+            receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
         for decision in decisions:
             _record_decided_event(run, decision, approvals.get(decision.tool_call_id))
         transaction.on_commit(lambda: _notify_decided(run, decisions))
@@ -355,6 +361,22 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
             continue_run_id=run.id if completed else "",
             approvals=approvals,
         )
+
+
+def _locked_run_and_open_calls(run_id: str, agent_id: str) -> tuple[Run | None, list[SuspendedToolCall]]:
+    """The run, locked (``FOR UPDATE`` where the database has it: SQLite's writers serialise anyway),
+    then its open calls in (position, id) order, by SQL written once (agentrun.core.prepared): on
+    every decision's path. Two statements, not one with a join: under PostgreSQL's READ COMMITTED a
+    statement that waited for the lock reads the joined rows as they were when it began, so a
+    decision committed meanwhile on another call of the run would not be seen; the second statement
+    reads them once the lock is held."""
+    found = prepared.table(Run).rows('"id" = %s AND "agent_id" = %s', [run_id, agent_id], lock=True)
+    if not found:
+        return None, []
+    calls = prepared.table(SuspendedToolCall).rows(
+        '"run_id" = %s AND "status" = %s', [run_id, SuspendedToolCall.Status.OPEN], order='"position", "id"'
+    )
+    return found[0], calls
 
 
 def _open_call(run: Run, open_calls: list[SuspendedToolCall], tool_call_id: str | None) -> SuspendedToolCall:
@@ -374,10 +396,11 @@ def _open_call(run: Run, open_calls: list[SuspendedToolCall], tool_call_id: str 
 
 
 def _decide_call(
-    run: Run, call: SuspendedToolCall, request: DecisionRequest, decider: Decider
+    run: Run, call: SuspendedToolCall, request: DecisionRequest, decider: Decider, writes: list[prepared.Statement]
 ) -> tuple[Decision, dict | None]:
-    """Check one decision against its open call under every rule, and record it (the run is locked by
-    the caller). Returns the decision and, for a call that needs several approvals, the progress."""
+    """Check one decision against its open call under every rule, and make its record (the run is
+    locked by the caller): its writes are added to ``writes``, which the caller runs, then seals the
+    decision. Returns the decision and, for a call that needs several approvals, the progress."""
     kind = request.kind
     if call.inner_agent_id:
         # Deciding a surfaced sub-agent call runs the sub-agent's tool: its reviewers' call too.
@@ -448,17 +471,19 @@ def _decide_call(
         decided_by_username=decider.username,
         details=details,
         completes=completes,
+        writes=writes,
     )
     if progress is not None:
         progress_given.append({"decidedBy": decision.decided_by_username, "decidedAt": iso(decision.decided_at)})
     if completes:
         call.status = SuspendedToolCall.Status.DECIDED
         call.decision = decision
-        call.save(update_fields=["status", "decision", *claims.clear_on_decision(call)])
+        fields = ["status", "decision", *claims.clear_on_decision(call)]
+        writes.append(prepared.table(SuspendedToolCall).update_statement(call, fields))
     elif edited_args is not None:
         # The next approver sees, and approves, this edit: the count started again with it.
         call.pending_args = edited_args
-        call.save(update_fields=["pending_args"])
+        writes.append(prepared.table(SuspendedToolCall).update_statement(call, ["pending_args"]))
     return decision, progress
 
 
@@ -547,16 +572,18 @@ def _create_decision(
     via: str,
     inner: SuspendedToolCall | None | bool = True,
     shown_fingerprint: str | None = None,
+    writes: list[prepared.Statement] | None = None,
     **fields: Any,
 ) -> Decision:
     """The audit record of one decision on one suspension of a call — every decision on a waiting call
     is created here (a person's, a policy's, expiry's): with the risk and the arguments the call showed
     (a surfaced sub-agent call's inner call), and counted for /metrics. ``inner`` / ``shown_fingerprint``:
-    given when the caller read them already (True: read them here)."""
+    given when the caller read them already (True: read them here). ``writes``: its INSERT is added
+    there, for the caller to run and then seal the decision; else it is inserted and sealed here."""
     if inner is True:
         inner = inner_call(call)
     inner = inner or None
-    decision = Decision.objects.create(
+    decision = Decision(
         run=run,
         agent_id=run.agent_id,
         thread_id=run.thread_id,
@@ -572,7 +599,12 @@ def _create_decision(
         **_inner_fields(call, inner),
         **fields,
     )
-    receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
+    insert = prepared.table(Decision).insert_statement([decision])
+    if writes is not None:
+        writes.append(insert)
+    else:
+        prepared.execute(insert.sql, insert.params)
+        receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
     _count(decision)
     return decision
 
@@ -692,18 +724,43 @@ def _grant_still_trusted(grant: StandingGrant, run: Run) -> bool:
     return all(access.can_decide_agent(creator, agent_id) for agent_id in agent_ids)
 
 
+_LIVE_GRANTS: dict[str, str] = {}
+
+
 def matching_grant(run: Run, tool_name: str) -> StandingGrant | None:
     """The oldest live grant approving ``tool_name`` of this run's agent on its thread or resource whose
-    creator may still decide it."""
-    scopes = Q(scope=StandingGrant.Scope.THREAD, scope_id=run.thread_id)
-    if run.resource_id:
-        scopes |= Q(scope=StandingGrant.Scope.RESOURCE, scope_id=run.resource_id)
-    live = (
-        StandingGrant.objects.filter(scopes, agent_id=run.agent_id, tool_name=tool_name, revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-        .select_related("created_by")
-        .order_by("created_at", "id")
-    )
+    creator may still decide it. (Read on every call that waits for approval: SQL written once,
+    ``agentrun.core.prepared``.)"""
+    grants, users = prepared.table(StandingGrant), prepared.table(get_user_model())
+    vendor = prepared.connection().vendor
+    if vendor not in _LIVE_GRANTS:
+        g = grants.name
+        agent, tool, scope, scope_id, revoked, expires, created_by = (
+            f"{g}.{grants.column(n)}"
+            for n in ("agent_id", "tool_name", "scope", "scope_id", "revoked_at", "expires_at", "created_by")
+        )
+        _LIVE_GRANTS[vendor] = (
+            f"SELECT {grants.select}, {users.select} FROM {g} LEFT OUTER JOIN {users.name} "
+            f"ON {users.name}.{users.column('id')} = {created_by} WHERE {agent} = %s AND {tool} = %s "
+            f"AND {revoked} IS NULL AND ({expires} IS NULL OR {expires} > %s) "
+            f"AND (({scope} = %s AND {scope_id} = %s) OR ({scope} = %s AND {scope_id} = %s)) "
+            f"ORDER BY {g}.{grants.column('created_at')}, {g}.{grants.column('id')}"
+        )
+    params = [
+        run.agent_id,
+        tool_name,
+        grants.prep("expires_at", timezone.now()),
+        StandingGrant.Scope.THREAD,
+        run.thread_id,
+        StandingGrant.Scope.RESOURCE,
+        run.resource_id or None,  # no resource: no grant of a resource applies
+    ]
+    live = []
+    after = len(grants.fields)
+    for row in prepared.fetch(_LIVE_GRANTS[vendor], params):
+        grant = grants.instance(row)
+        grant.created_by = users.instance(row, after) if row[after] is not None else None
+        live.append(grant)
     return next((g for g in live if _grant_still_trusted(g, run)), None)
 
 

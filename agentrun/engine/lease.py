@@ -21,11 +21,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.core import outages
+from agentrun.core import outages, prepared
 from agentrun.core.chunks import ChunkType
 from agentrun.core.fanout import RunPublisher
 from agentrun.core.ids import new_id
-from agentrun.core.models import Run, SuspendedToolCall
+from agentrun.core.models import Run, RunChunk, SuspendedToolCall
 from agentrun.core.outages import INFRASTRUCTURE_ERRORS
 from agentrun.engine import store
 from agentrun.engine.chunklog import ChunkLog, LeaseLost
@@ -63,6 +63,65 @@ def acquire_lease(run_id: str, owner: str) -> bool:
         .update(lease_owner=owner, lease_expires_at=now + lease_ttl())
     )
     return taken == 1
+
+
+def _lease_sql() -> str:
+    """The UPDATE that takes a run's lease (``acquire_lease``'s conditions) and returns the run: started
+    if it was queued, with its log's latest start/finish and its last seq, read backwards on the log's
+    (run, seq) key. One statement, SQL written once (``agentrun.core.prepared``)."""
+    runs = prepared.table(Run)
+    chunks = prepared.table(RunChunk)
+    seq, type_, run_id = (chunks.column(n) for n in ("seq", "type", "run"))
+    status, started_at = runs.column("status"), runs.column("started_at")
+    owner_col, expires = runs.column("lease_owner"), runs.column("lease_expires_at")
+    return (
+        f"UPDATE {runs.name} SET {owner_col} = %s, {expires} = %s, "
+        f"{started_at} = CASE WHEN {status} = %s THEN %s ELSE {started_at} END, "
+        f"{status} = CASE WHEN {status} = %s THEN %s ELSE {status} END "
+        f"WHERE {runs.column('id')} = %s AND ({owner_col} IS NULL OR {expires} < %s OR {owner_col} = %s "
+        f"OR SUBSTR({owner_col}, 1, {len(DISPATCH_OWNER_PREFIX)}) = %s) "
+        f"RETURNING {runs.select.replace(runs.name + '.', '')}, "
+        f"(SELECT c.{type_} FROM {chunks.name} c WHERE c.{run_id} = {runs.name}.{runs.column('id')} "
+        f"AND c.{type_} IN ('start', 'finish') ORDER BY c.{seq} DESC LIMIT 1), "
+        f"(SELECT c.{seq} FROM {chunks.name} c WHERE c.{run_id} = {runs.name}.{runs.column('id')} "
+        f"ORDER BY c.{seq} DESC LIMIT 1)"
+    )
+
+
+_LEASE_SQL: dict[str, str] = {}
+
+
+def take_run_to_drive(run_id: str, owner: str) -> Run | None:
+    """Take the run's lease and read the run, in one statement; None if another holds the lease.
+
+    A queued run is started by the same UPDATE (``started_now``): whoever drives a queued run starts
+    it. ``segment_open``: the run's log has a ``start`` with no ``finish`` after it."""
+    vendor = prepared.connection().vendor
+    sql = _LEASE_SQL.get(vendor) or _LEASE_SQL.setdefault(vendor, _lease_sql())
+    runs = prepared.table(Run)
+    now = timezone.now()
+    at = runs.prep("lease_expires_at", now)
+    queued, in_progress = Run.Status.QUEUED, Run.Status.IN_PROGRESS
+    params = [owner, runs.prep("lease_expires_at", now + lease_ttl()), queued, at, queued, in_progress]
+    rows = prepared.fetch(sql, [*params, run_id, at, owner, DISPATCH_OWNER_PREFIX])
+    if not rows:
+        return None
+    run: Any = runs.instance(rows[0])
+    boundary, last_seq = rows[0][-2:]
+    if (last_seq or 0) != run.next_seq - 1:
+        # The UPDATE waited for the lock of a writer that committed chunks meanwhile: on PostgreSQL
+        # (READ COMMITTED) its subqueries read the log as it was before that wait, while the row is
+        # the writer's. The log is read again (every seq below next_seq is logged once committed).
+        boundary = _latest_boundary(run_id)
+    run.segment_open = boundary == "start"
+    run.started_now = run.status == in_progress and run.started_at == now
+    return run
+
+
+def _latest_boundary(run_id: str) -> str | None:
+    """The type of the run's latest ``start`` or ``finish`` chunk."""
+    latest = RunChunk.objects.filter(run_id=run_id, type__in=["start", "finish"]).order_by("-seq")
+    return latest.values_list("type", flat=True).first()
 
 
 def renew_lease(run_id: str, owner: str) -> bool:
@@ -121,25 +180,32 @@ def claim_stalled_runs(limit: int = 100) -> list[tuple[str, str]]:
 
 class RunLease:
     """``owner``: re-take a lease this process held before (a segment retried after an outage).
-    ``then``: a read to make as soon as the lease is taken, in the same trip to the database thread
-    (its result is ``loaded``). ``released``: the holder's last write released it already (its
-    UPDATE cleared the lease: ``RELEASED``), so leaving costs no statement."""
+    ``drive``: the lease is taken for a segment, by ``take_run_to_drive`` (the run read, and started, by
+    the same statement; the run is ``loaded``), then ``then(run)`` reads what else the segment needs
+    first, in the same trip to the database thread (its result is ``read``). ``released``: the
+    holder's last write released it already (its UPDATE cleared the lease: ``RELEASED``), so leaving
+    costs no statement."""
 
-    def __init__(self, run_id: str, owner: str | None = None, *, then: Callable[[str], Any] | None = None) -> None:
+    def __init__(
+        self, run_id: str, owner: str | None = None, *, drive: bool = False, then: Callable[[Run], Any] | None = None
+    ) -> None:
         self.run_id = run_id
         self.owner = owner or new_lease_owner()
+        self.drive = drive
         self.then = then
         self.loaded: Any = None
+        self.read: Any = None
         self.released = False
         self._heartbeat: asyncio.Task | None = None
 
     def _take(self) -> bool:
         recover_connection()  # a connection broken by a database restart is replaced
-        if not acquire_lease(self.run_id, self.owner):
-            return False
-        if self.then is not None:
-            self.loaded = self.then(self.run_id)
-        return True
+        if self.drive:
+            self.loaded = take_run_to_drive(self.run_id, self.owner)
+            if self.loaded is not None and self.then is not None:
+                self.read = self.then(self.loaded)
+            return self.loaded is not None
+        return acquire_lease(self.run_id, self.owner)
 
     async def __aenter__(self) -> RunLease:
         delay = 0.01

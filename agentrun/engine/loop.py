@@ -89,6 +89,7 @@ class Segment:
         self.directive = directive
         self.result = SegmentResult(finish_reason="stop")
         self.finished = False  # the segment's finish is emitted
+        self.waited = True  # the run may have a snapshot: it was suspended, or suspended in this segment
 
     def emit(self, type_: ChunkType, payload: dict, *, hold: bool = False) -> Chunk:
         return self.log.emit(type_, payload, hold=hold)
@@ -125,10 +126,13 @@ class Segment:
             return await self._run()
 
     async def _run(self) -> SegmentResult:
-        # The lease taken and the run read in one trip to the database thread.
-        async with RunLease(self.run_id, self.lease_owner, then=store.load_run_to_drive) as lease:
+        # The lease taken, the run read (and started, if queued) by one statement; the calls to carry
+        # out read (the first marked executing) in the same trip to the database thread.
+        async with RunLease(self.run_id, self.lease_owner, drive=True, then=store.calls_to_carry_out) as lease:
             self.lease = lease
             run = lease.loaded
+            calls, marked = lease.read
+            self.waited = run.status == Run.Status.SUSPENDED
             self.log = ChunkLog(run.id, run.next_seq, self.sinks, owner=lease.owner)
             if run.segment_open:
                 # Taken over: the previous driver died mid-segment (its lease lapsed). Close its segment
@@ -136,13 +140,13 @@ class Segment:
                 logger.warning("run %s: closing the segment of a driver that died", run.id)
                 self.emit("finish", TAKEOVER_FINISH, hold=True)
                 await self._flush()
-            if self.only_if_needed and not await db(store.needs_driving)(run):
+            if self.only_if_needed and not store.needs_driving(run, calls):
                 self.result.finish_reason = _finish_reason_for(run.status)
                 await self.publisher.aclose()
                 return self.result
             self.emit("start", {"runId": run.id, "agentId": run.agent_id, "threadId": run.thread_id})
             try:
-                reason = await self._drive(run)
+                reason = await self._drive(run, starting=run.started_now, records=calls, marked=marked)
             except (*INFRASTRUCTURE_ERRORS, LeaseLost) as exc:  # type: ignore[misc]  # a tuple of classes
                 # Not the run's fault (a database or Redis restart, a dropped connection, a stall past
                 # the lease): the run is not failed. The lease is kept (or is another's); the run is
@@ -165,17 +169,13 @@ class Segment:
             await self.publisher.aclose()
         return self.result
 
-    async def _drive(self, run: Run) -> str:
+    async def _drive(self, run: Run, *, starting: bool, records: list[SuspendedToolCall], marked: int | None) -> str:
+        """``starting``: the lease's statement started the run just now (it was queued): it has no calls
+        or steps yet, and its status was just read. ``records`` / ``marked``: ``store.calls_to_carry_out``."""
         if run.is_final:
             return _finish_reason_for(run.status)
-        # A run that has just started has no calls or steps yet, and its status was just read.
-        starting = run.status == Run.Status.QUEUED
-        if starting:
-            await db(store.mark_started)(run)
-            if run.is_final:
-                return _finish_reason_for(run.status)
-        else:
-            open_calls, steps_done = await self._apply_decisions(run)
+        if not starting:
+            open_calls, steps_done = await self._apply_decisions(run, records, marked)
             if run.is_final:
                 return _finish_reason_for(run.status)
             if open_calls:
@@ -201,12 +201,16 @@ class Segment:
         return await self._model_loop(run, status_known=starting)
 
     # --- decided calls --------------------------------------------------------------------------
-    async def _apply_decisions(self, run: Run) -> tuple[bool, bool]:
+    async def _apply_decisions(
+        self, run: Run, read: list[SuspendedToolCall] | None, marked: int | None
+    ) -> tuple[bool, bool]:
         """Carry out the decided calls, and those decided meanwhile. Returns (calls are still open,
-        calls were carried out and every step they belong to is complete)."""
+        calls were carried out and every step they belong to is complete). ``read``: the call records
+        read with the lease, ``marked``: the one of them marked executing then."""
         steps: dict[str, RunStep] = {}  # one copy per step: each call of a step writes its own output
         while True:
-            calls = await db(store.waiting_calls)(run.id)
+            calls = read if read is not None else await db(store.waiting_calls)(run.id)
+            read = None
             decided = [c for c in calls if c.status != SuspendedToolCall.Status.OPEN]
             if not decided:
                 done = bool(steps) and all(s.status == RunStep.Status.COMPLETED for s in steps.values())
@@ -217,9 +221,10 @@ class Segment:
             for call in decided:
                 # Loaded with the batch: a call that no longer waits (its run was cancelled while an
                 # earlier one ran) is not carried out, and what is left is read again.
-                if not await db(store.mark_executing)(call):
+                if call.pk != marked and not await db(store.mark_executing)(call):
                     read_again = True
                     break
+                marked = None
                 if await self._apply_decision(run, call, steps.setdefault(call.step_id, call.step)):
                     read_again = True  # it suspended again: open, and decidable, from now on
             if not read_again:
@@ -260,6 +265,7 @@ class Segment:
                 waiting=outcome.waiting,
             )
             self._emit_open(opened)
+            self.waited = True
             await self._write(
                 store.record_suspension,
                 run,
@@ -289,14 +295,18 @@ class Segment:
         """``status_known``: the run's status was read just now (no need to ask whether it was cancelled)."""
         max_steps = run.options.get("max_steps") or self.agent.max_steps
         while True:
-            if not status_known and await db(store.is_cancelled)(run.id):
-                return "cancelled"
+            # The run's last fenced write says whether it was cancelled meanwhile (its UPDATE returns the
+            # status): no query of its own, unless nothing was written since the segment began.
+            if not status_known:
+                status = self.log.status_written
+                if status is None and await db(store.is_cancelled)(run.id) or status == Run.Status.CANCELLED:
+                    return "cancelled"
             status_known = False
+            self.log.status_written = None
             if run.step_count >= max_steps:
                 self._emit_finish("length")
-                await self._write_last(store.complete_run, run, self.log)
+                await self._write_last(store.complete_run, run, self.log, snapshot=self.waited)
                 return "length"
-            history = await db(store.load_history)(run, self.agent.instructions)
             started_at = timezone.now()
             message_id = new_id("msg")
             self.emit("step-start", {"messageId": message_id})
@@ -306,7 +316,8 @@ class Segment:
             # Make what subscribers have seen so far durable before a model call that may take long:
             # if this process dies during the call, the run is taken over from the log, and a client
             # resuming with the last seq it saw must find that seq logged, not re-used by the takeover.
-            await self._flush()
+            # The model's history is read in the same trip to the database thread.
+            history = await self._write(store.flush_and_load_history, self.log, run, self.agent.instructions)
             try:
                 async for event in self.agent.model.stream(history, list(self.agent.tools.values())):
                     if isinstance(event, TextDelta):
@@ -352,6 +363,7 @@ class Segment:
                     text=text,
                     usage=usage,
                     started_at=started_at,
+                    snapshot=self.waited,
                 )
                 return "stop"
             tool_step = await self._write(
@@ -376,6 +388,7 @@ class Segment:
             self._emit_open(opened)
         self.emit("step-finish", {"finishReason": "suspended", "usage": usage}, hold=True)
         self._emit_finish("suspended")
+        self.waited = True
         await self._write_last(
             store.record_suspension,
             run,

@@ -8,16 +8,17 @@ run's state records its outbox event (``agentrun.core.outbox``) in the same tran
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models import Q
 from django.utils import timezone
 
-from agentrun.core import outbox
+from agentrun.core import outbox, prepared
 from agentrun.core.fanout import notify_approvals
 from agentrun.core.ids import new_id
 from agentrun.core.models import (
@@ -25,20 +26,29 @@ from agentrun.core.models import (
     Decision,
     Message,
     Run,
-    RunChunk,
     RunStep,
     Snapshot,
     SuspendedToolCall,
     Thread,
 )
 from agentrun.core.selectors import SuspendedRun, describe_open_calls
-from agentrun.engine.chunklog import ChunkLog
+from agentrun.engine.chunklog import Added, ChunkLog
 from agentrun.engine.providers import usage_dict
 from agentrun.engine.types import OpenCall
 
 # What a segment's last write sets, with the state it ends in, to release the run's lease in the same
 # UPDATE (``RunLease.released``; docs/performance.md, "Decision cycle and topology (third pass)").
 RELEASED = {"lease_owner": None, "lease_expires_at": None}
+
+
+def one_write(*, event: str | None = None, agent_id: str = "") -> Any:
+    """The transaction of a write that ``ChunkLog.flush_sync`` sends with its ``also`` statements: none
+    where that is one statement (``prepared.one_statement``: atomic on its own, one round trip instead
+    of BEGIN, N statements and COMMIT), unless the write records an outbox ``event`` that a listener
+    wants (the event is written in the change's transaction)."""
+    if prepared.one_statement() and (event is None or not outbox.wanted(event, agent_id)):
+        return contextlib.nullcontext()
+    return transaction.atomic()
 
 
 def add_usage(a: dict | None, b: dict | None) -> dict:
@@ -51,15 +61,27 @@ def output_text(result: Any) -> str:
     return result if isinstance(result, str) else json.dumps(result, default=str)
 
 
-def needs_driving(run: Run) -> bool:
-    """A continuation has something to do: the run is not final, and not merely waiting for people."""
+def needs_driving(run: Run, calls: list[SuspendedToolCall]) -> bool:
+    """A continuation has something to do: the run is not final, and not merely waiting for people.
+    ``calls``: the run's call records (``waiting_calls``)."""
     if run.is_final:
         return False
     if run.status == Run.Status.SUSPENDED:
-        return SuspendedToolCall.objects.filter(
-            run_id=run.pk, status__in=[SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
-        ).exists()
+        return any(c.status != SuspendedToolCall.Status.OPEN for c in calls)
     return True
+
+
+def calls_to_carry_out(run: Run) -> tuple[list[SuspendedToolCall], int | None]:
+    """What a continuation reads once it holds the lease (in the same trip to the database thread): the
+    run's call records (``waiting_calls``), and the first decided one marked executing (its id), as
+    ``Segment._apply_decisions`` would do next. Nothing for a run that is final or just started."""
+    if run.is_final or getattr(run, "started_now", False):
+        return [], None
+    calls = waiting_calls(run.pk)
+    first = next((c for c in calls if c.status != SuspendedToolCall.Status.OPEN), None)
+    if first is None or not mark_executing(first):
+        return calls, None
+    return calls, first.pk
 
 
 def run_exists(run_id: str) -> bool:
@@ -70,23 +92,29 @@ def load_run(run_id: str) -> Run:
     return Run.objects.get(pk=run_id)
 
 
-def load_run_to_drive(run_id: str) -> Run:
-    """The run, with ``segment_open``: its log's last ``start`` has no ``finish`` after it (the process
-    that wrote it died mid-segment). One query: the latest start/finish, read backwards on the log's
-    (run, seq) key."""
-    latest = RunChunk.objects.filter(run_id=OuterRef("pk"), type__in=["start", "finish"]).order_by("-seq")
-    run: Any = Run.objects.annotate(latest_boundary=Subquery(latest.values("type")[:1])).get(pk=run_id)
-    run.segment_open = run.latest_boundary == "start"
-    return run
-
-
 # --- run life cycle -------------------------------------------------------------------------------
-def mark_started(run: Run) -> None:
-    now = timezone.now()
-    if Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(status=Run.Status.IN_PROGRESS, started_at=now):
-        run.status, run.started_at = Run.Status.IN_PROGRESS, now
-    else:  # cancelled (or started) since it was loaded
-        run.refresh_from_db(fields=["status", "started_at"])
+_HISTORY: dict[str, tuple[str, str, Any]] = {}
+
+
+def _history_sql() -> tuple[str, str, Any]:
+    """``load_history``'s statements (a sub-agent's run, a top-level run), written once per database,
+    and the reader of the messages' ``tool_calls``: the run's own messages last, each part in
+    (created_at, id) order."""
+    vendor = prepared.connection().vendor
+    if vendor not in _HISTORY:
+        m, r = prepared.table(Message), prepared.table(Run)
+        names = ("role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_status")
+        run_id, created_at = f"m.{m.column('run_id')}", f"m.{m.column('created_at')}"
+        select = f"SELECT {', '.join(f'm.{m.column(n)}' for n in names)} FROM {m.name} m"
+        order = f" ORDER BY CASE WHEN {run_id} = %s THEN 1 ELSE 0 END, {created_at}, m.{m.column('id')}"
+        own = f"{select} WHERE m.{m.column('thread_id')} = %s AND {run_id} = %s"
+        top = (
+            f"{select} LEFT OUTER JOIN {r.name} r ON r.{r.column('id')} = {run_id} "
+            f"WHERE m.{m.column('thread_id')} = %s AND ({run_id} = %s OR ({created_at} < %s "
+            f"AND ({run_id} IS NULL OR r.{r.column('parent_run_id')} IS NULL)))"
+        )
+        _HISTORY[vendor] = (own + order, top + order, m.reader("tool_calls"))
+    return _HISTORY[vendor]
 
 
 def load_history(run: Run, instructions: str) -> list[dict]:
@@ -97,104 +125,111 @@ def load_history(run: Run, instructions: str) -> list[dict]:
     order: another run's messages written after this one started would split this run's tool calls
     from their results (and hide its last user message), so they are not part of its history.
     """
-    messages = Message.objects.filter(thread_id=run.thread_id)
-    if run.parent_run_id is None:
-        earlier = Q(created_at__lt=run.created_at) & (Q(run__isnull=True) | Q(run__parent_run__isnull=True))
-        messages = messages.filter(Q(run_id=run.pk) | earlier)
-    else:
-        messages = messages.filter(run_id=run.pk)
-    own_last = Case(When(run_id=run.pk, then=Value(1)), default=Value(0), output_field=IntegerField())
     history: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
-    for m in messages.order_by(own_last, "created_at", "id"):
+    own, top, tool_calls = _history_sql()
+    if run.parent_run_id is None:
+        created_at = prepared.table(Message).prep("created_at", run.created_at)
+        rows = prepared.fetch(top, [run.thread_id, run.pk, created_at, run.pk])
+    else:
+        rows = prepared.fetch(own, [run.thread_id, run.pk, run.pk])
+    for role, content, calls, tool_call_id, tool_name, tool_status in rows:
         history.append(
             {
-                "role": m.role,
-                "content": m.content,
-                "tool_calls": m.tool_calls,
-                "tool_call_id": m.tool_call_id,
-                "tool_name": m.tool_name,
-                "tool_status": m.tool_status,
+                "role": role,
+                "content": content,
+                "tool_calls": tool_calls(calls),
+                "tool_call_id": tool_call_id,
+                "tool_name": tool_name,
+                "tool_status": tool_status,
             }
         )
     return history
 
 
+def flush_and_load_history(log: ChunkLog, run: Run, instructions: str) -> list[dict]:
+    """Before a model call: the log flushed, and the history read (one trip to the database thread)."""
+    log.flush_sync()
+    return load_history(run, instructions)
+
+
 def is_cancelled(run_id: str) -> bool:
-    return Run.objects.filter(pk=run_id, status=Run.Status.CANCELLED).exists()
+    runs = prepared.table(Run)
+    sql = f"SELECT 1 FROM {runs.name} WHERE {runs.column('id')} = %s AND {runs.column('status')} = %s"
+    return bool(prepared.fetch(sql, [run_id, Run.Status.CANCELLED]))
 
 
-def record_model_step(
-    run: Run,
-    log: ChunkLog,
-    *,
-    message_id: str,
-    text: str,
-    calls: list[dict],
-    usage: dict,
-    started_at: Any,
-    flush: bool = True,
-) -> RunStep | None:
-    """Persist one model call: its message, a ``message_creation`` step and/or a ``tool_calls`` step.
-
-    Returns the tool_calls step (in progress) when the model asked for tools. ``flush=False``: the
-    caller's next UPDATE of the run carries its step count and usage (``record_answer``).
-    """
+def model_step_rows(
+    run: Run, *, message_id: str, text: str, calls: list[dict], usage: dict, started_at: Any
+) -> tuple[list[prepared.Statement], RunStep | None]:
+    """The rows of one model call: its message, a ``message_creation`` step and/or a ``tool_calls``
+    step (the INSERTs, and the tool_calls step, in progress, when the model asked for tools). The
+    run's usage is added to (its UPDATE carries it)."""
     now = timezone.now()
+    message = Message(
+        id=message_id,
+        thread_id=run.thread_id,
+        run=run,
+        role=Message.Role.ASSISTANT,
+        content=text,
+        tool_calls=calls or None,
+    )
     steps = []
-    with transaction.atomic(savepoint=False):  # no savepoint in record_answer's transaction: nothing catches
-        Message.objects.create(
-            id=message_id,
-            thread_id=run.thread_id,
-            run=run,
-            role=Message.Role.ASSISTANT,
-            content=text,
-            tool_calls=calls or None,
-        )
-        if text or not calls:
-            steps.append(
-                RunStep(
-                    run=run,
-                    agent_id=run.agent_id,
-                    thread_id=run.thread_id,
-                    type=RunStep.Type.MESSAGE_CREATION,
-                    status=RunStep.Status.COMPLETED,
-                    step_details={"type": "message_creation", "messageCreation": {"messageId": message_id}},
-                    created_at=started_at,
-                    completed_at=now,
-                    usage=None if calls else usage,
-                )
-            )
-        tool_step = None
-        if calls:
-            tool_step = RunStep(
+    if text or not calls:
+        steps.append(
+            RunStep(
                 run=run,
                 agent_id=run.agent_id,
                 thread_id=run.thread_id,
-                type=RunStep.Type.TOOL_CALLS,
-                status=RunStep.Status.IN_PROGRESS,
-                step_details={
-                    "type": "tool_calls",
-                    "toolCalls": [
-                        {
-                            "id": c["id"],
-                            "type": "function",
-                            "function": {
-                                "name": c["name"],
-                                "arguments": c["args"] if isinstance(c["args"], str) else json.dumps(c["args"]),
-                                "output": None,
-                            },
-                        }
-                        for c in calls
-                    ],
-                },
+                type=RunStep.Type.MESSAGE_CREATION,
+                status=RunStep.Status.COMPLETED,
+                step_details={"type": "message_creation", "messageCreation": {"messageId": message_id}},
                 created_at=started_at,
-                usage=usage,  # hidden while the step is in progress (docs/runs.md#steps-and-statuses)
+                completed_at=now,
+                usage=None if calls else usage,
             )
-            steps.append(tool_step)
-        RunStep.objects.bulk_create(steps)
-        run.usage = add_usage(run.usage, usage)
-        if flush:
-            log.flush_sync(step_count=F("step_count") + 1, usage=run.usage)
+        )
+    tool_step = None
+    if calls:
+        tool_step = RunStep(
+            run=run,
+            agent_id=run.agent_id,
+            thread_id=run.thread_id,
+            type=RunStep.Type.TOOL_CALLS,
+            status=RunStep.Status.IN_PROGRESS,
+            step_details={
+                "type": "tool_calls",
+                "toolCalls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {
+                            "name": c["name"],
+                            "arguments": c["args"] if isinstance(c["args"], str) else json.dumps(c["args"]),
+                            "output": None,
+                        },
+                    }
+                    for c in calls
+                ],
+            },
+            created_at=started_at,
+            usage=usage,  # hidden while the step is in progress (docs/runs.md#steps-and-statuses)
+        )
+        steps.append(tool_step)
+    run.usage = add_usage(run.usage, usage)
+    rows = [prepared.table(Message).insert_statement([message]), prepared.table(RunStep).insert_statement(steps)]
+    return rows, tool_step
+
+
+def record_model_step(
+    run: Run, log: ChunkLog, *, message_id: str, text: str, calls: list[dict], usage: dict, started_at: Any
+) -> RunStep | None:
+    """Persist one model call that asked for tools (``model_step_rows``) with the chunks so far, the
+    run's step count and usage: one write. Returns the tool_calls step (in progress)."""
+    rows, tool_step = model_step_rows(
+        run, message_id=message_id, text=text, calls=calls, usage=usage, started_at=started_at
+    )
+    with one_write():
+        log.flush_sync(also=rows, step_count=Added(1), usage=run.usage)
     run.step_count += 1
     return tool_step
 
@@ -239,42 +274,63 @@ def fail_run_sync(run: Run, error: dict, log: ChunkLog | None = None) -> None:
     run.status = Run.Status.FAILED
 
 
-def complete_run(run: Run, log: ChunkLog, *, release: bool = False, **run_fields: Any) -> None:
+def complete_run(
+    run: Run,
+    log: ChunkLog,
+    *,
+    release: bool = False,
+    snapshot: bool = True,
+    also: list[prepared.Statement] | None = None,
+    **run_fields: Any,
+) -> None:
     """The turn answered. The run completes, unless an until_idle stream still waits for its background
     tasks: then it stays ``in_progress`` until the stream's last continuation turn. ``run_fields`` go in
-    the same UPDATE of the run; ``release``: so does releasing the lease (the segment ends here)."""
+    the same UPDATE of the run; ``release``: so does releasing the lease (the segment ends here);
+    ``also``: the rest of the write (the answer's rows). ``snapshot``: the run may still have a
+    snapshot to remove. False when the run has not waited since its segment began (it was not
+    suspended then, and did not suspend since): every change out of ``suspended`` removes the snapshot
+    in its own transaction, so there is none (one statement less)."""
     if release:
         run_fields |= RELEASED
-    with transaction.atomic(savepoint=False):
-        if run.options.get("until_idle") and background_work_left(run.pk):
-            log.flush_sync(**run_fields)
+    answer = list(also or [])
+    rows = [*answer, prepared.table(Snapshot).delete_statement('"run_id" = %s', [run.pk])] if snapshot else answer
+    idle = bool(run.options.get("until_idle"))
+    with transaction.atomic() if idle else one_write(event=outbox.RUN_COMPLETED, agent_id=run.agent_id):
+        if idle and background_work_left(run.pk):
+            log.flush_sync(also=answer, **run_fields)
             return
         chunks, next_seq = log.take_buffer()
         # The run's next_seq goes with its completion; only a run that ended meanwhile needs its own UPDATE.
-        completed = (
-            log.run_row()
-            .exclude(status__in=Run.FINAL_STATUSES)
-            .update(status=Run.Status.COMPLETED, completed_at=timezone.now(), next_seq=next_seq, **run_fields)
+        completed = log.write(
+            {"status": Run.Status.COMPLETED, "completed_at": timezone.now(), "next_seq": next_seq, **run_fields},
+            chunks,
+            rows,
+            unless_final=True,
         )
         if not completed:
-            log.fenced_update(next_seq=next_seq, **run_fields)
-        RunChunk.objects.bulk_create(chunks)
-        Snapshot.objects.filter(run=run).delete()
+            log.fenced_write({"next_seq": next_seq, **run_fields}, chunks, rows)
         if completed:
             _record_final_event(outbox.RUN_COMPLETED, run.pk, run.agent_id)
     run.status = Run.Status.COMPLETED
 
 
 def record_answer(
-    run: Run, log: ChunkLog, *, message_id: str, text: str, usage: dict, started_at: Any, release: bool = False
+    run: Run,
+    log: ChunkLog,
+    *,
+    message_id: str,
+    text: str,
+    usage: dict,
+    started_at: Any,
+    release: bool = False,
+    snapshot: bool = True,
 ) -> None:
-    """The model answered without tools: its step and the run's completion commit together, the run's
-    step count, usage, status and ``next_seq`` (and the lease, ``release``) in one UPDATE."""
-    with transaction.atomic():
-        record_model_step(
-            run, log, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at, flush=False
-        )
-        complete_run(run, log, release=release, step_count=F("step_count") + 1, usage=run.usage)
+    """The model answered without tools: its step and the run's completion are one write, the run's
+    step count, usage, status and ``next_seq`` (and the lease, ``release``) in one UPDATE. ``snapshot``:
+    as ``complete_run``'s."""
+    rows, _ = model_step_rows(run, message_id=message_id, text=text, calls=[], usage=usage, started_at=started_at)
+    complete_run(run, log, release=release, snapshot=snapshot, also=rows, step_count=Added(1), usage=run.usage)
+    run.step_count += 1
 
 
 def finish_idle_run(run_id: str, agent_id: str) -> None:
@@ -308,20 +364,21 @@ def record_tool_result(
     if step.status == RunStep.Status.IN_PROGRESS and step_outputs_complete(step):
         step.status, step.completed_at = RunStep.Status.COMPLETED, timezone.now()
         fields += ["status", "completed_at"]
-    with transaction.atomic():
-        log.flush_sync()
-        step.save(update_fields=fields)
-        Message.objects.create(
-            thread_id=run.thread_id,
-            run=run,
-            role=Message.Role.TOOL,
-            content=output,
-            tool_call_id=call["id"],
-            tool_name=call["name"],
-            tool_status=status,
-        )
-        if decided:
-            SuspendedToolCall.objects.filter(run=run, tool_call_id=call["id"]).delete()
+    message = Message(
+        thread_id=run.thread_id,
+        run=run,
+        role=Message.Role.TOOL,
+        content=output,
+        tool_call_id=call["id"],
+        tool_name=call["name"],
+        tool_status=status,
+    )
+    rows = [prepared.table(RunStep).update_statement(step, fields), prepared.table(Message).insert_statement([message])]
+    if decided:
+        calls = prepared.table(SuspendedToolCall)
+        rows.append(calls.delete_statement('"run_id" = %s AND "tool_call_id" = %s', [run.pk, call["id"]]))
+    with one_write():
+        log.flush_sync(also=rows)
     return step.status == RunStep.Status.COMPLETED
 
 
@@ -425,7 +482,7 @@ def record_suspension(
                     setattr(row, key, value)
                 row.suspension += 1
                 row.save()
-        SuspendedToolCall.objects.bulk_create(created)
+        rows = [prepared.table(SuspendedToolCall).insert_statement(created)] if created else []
         # Written, or rewritten when the run already waits on other calls (one statement either way).
         snapshot_fields = {
             "agent_id": run.agent_id,
@@ -436,15 +493,22 @@ def record_suspension(
             "expires_at": expires_at,
             "step_id": step_id,
         }
-        Snapshot.objects.bulk_create(
-            [Snapshot(run=run, **snapshot_fields)],
-            update_conflicts=True,
-            unique_fields=["run"],
-            update_fields=["agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at", "step"],
+        snapshots = prepared.table(Snapshot)
+        snapshot = snapshots.insert_statement(
+            [Snapshot(run=run, **snapshot_fields)], suffix=_snapshot_upsert(snapshots)
         )
         log.flush_sync(
-            status=Run.Status.SUSPENDED, suspended_at=now, expires_at=expires_at, **(RELEASED if release else {})
+            also=rows,
+            status=Run.Status.SUSPENDED,
+            suspended_at=now,
+            expires_at=expires_at,
+            **(RELEASED if release else {}),
         )
+        # A statement of its own, after the calls': the counters' triggers lock their rows, the waiting
+        # calls' before the listing's, in the order every writer takes them (a decision, a cancellation,
+        # an expiry), so that writers of one agent's runs never deadlock. (In one WITH statement the
+        # order of its parts' triggers is PostgreSQL's, not the text's.)
+        prepared.execute(snapshot.sql, snapshot.params)
         outbox.record(
             outbox.RUN_SUSPENDED, agent_id=run.agent_id, run_id=run.id, data=lambda: suspended_run(run, now).to_dict()
         )
@@ -458,6 +522,15 @@ def record_suspension(
             )
         )
     run.status = Run.Status.SUSPENDED
+
+
+def _snapshot_upsert(snapshots: prepared.Table) -> str:
+    columns = [
+        snapshots.column(n)
+        for n in ("agent_id", "thread_id", "resource_id", "created_at", "suspended_at", "expires_at", "step")
+    ]
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns)
+    return f" ON CONFLICT ({snapshots.column('run')}) DO UPDATE SET {sets}"
 
 
 def suspended_run(run: Run, suspended_at: Any) -> SuspendedRun:
@@ -485,7 +558,7 @@ def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     # Sorted here, not by the query: a run has a few calls, and Django compiles the NULLS LAST ordering
     # over a join (and the deciding account's join, which nothing here reads) at a cost the worker
     # paid on every continuation (docs/performance.md, "Decision cycle and topology (third pass)").
-    calls = list(SuspendedToolCall.objects.filter(run_id=run_id).select_related("decision", "step"))
+    calls = _calls_with_decisions_and_steps(run_id)
     decided = sorted(
         ((c.decision.decided_at, c.position, c.id, c) for c in calls if c.decision is not None),
         key=lambda entry: entry[:3],
@@ -495,17 +568,40 @@ def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     )
 
 
+_WAITING: dict[str, str] = {}
+
+
+def _calls_with_decisions_and_steps(run_id: str) -> list[SuspendedToolCall]:
+    """The run's call records with their decisions and steps (``select_related``'s rows, by SQL written
+    once: every continuation reads them)."""
+    calls, decisions, steps = (prepared.table(m) for m in (SuspendedToolCall, Decision, RunStep))
+    vendor = prepared.connection().vendor
+    if vendor not in _WAITING:
+        decision_id, step_id, call_run = (f"{calls.name}.{calls.column(n)}" for n in ("decision", "step", "run"))
+        _WAITING[vendor] = (
+            f"SELECT {calls.select}, {decisions.select}, {steps.select} FROM {calls.name} "
+            f"LEFT OUTER JOIN {decisions.name} ON {decisions.name}.{decisions.column('id')} = {decision_id} "
+            f"INNER JOIN {steps.name} ON {steps.name}.{steps.column('id')} = {step_id} WHERE {call_run} = %s"
+        )
+    found = []
+    after_call, after_decision = len(calls.fields), len(calls.fields) + len(decisions.fields)
+    for row in prepared.fetch(_WAITING[vendor], [run_id]):
+        call = calls.instance(row)
+        call.decision = decisions.instance(row, after_call) if row[after_call] is not None else None
+        call.step = steps.instance(row, after_decision)
+        found.append(call)
+    return found
+
+
 def mark_executing(call: SuspendedToolCall) -> bool:
     """False if the call no longer waits to be carried out (its run was cancelled or expired meanwhile)."""
     # A retried continuation finds the call still ``executing`` and runs it again with the same
     # tool_call_id: the idempotency key that lets the tool apply its side effect once.
+    calls = prepared.table(SuspendedToolCall)
+    status = calls.column("status")
+    sql = f"UPDATE {calls.name} SET {status} = %s WHERE {calls.column('id')} = %s AND {status} IN (%s, %s)"
     carried_out = [SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
-    return (
-        SuspendedToolCall.objects.filter(pk=call.pk, status__in=carried_out).update(
-            status=SuspendedToolCall.Status.EXECUTING
-        )
-        == 1
-    )
+    return prepared.execute(sql, [SuspendedToolCall.Status.EXECUTING, call.pk, *carried_out]) == 1
 
 
 def pending_tool_step(run_id: str) -> RunStep | None:
@@ -530,23 +626,32 @@ def create_run(
 ) -> Run:
     """A queued run on its thread (a thread of its own when no memory is given), with its input."""
     thread_id = thread_id or new_id("thread")
+    run = Run(
+        agent_id=agent_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        parent_run_id=parent_run_id,
+        parent_tool_call_id=parent_tool_call_id,
+        metadata=metadata,
+        options=options,
+        started_by=started_by,
+        started_by_username=started_by.get_username() if started_by is not None else None,
+    )
+    # The thread created unless it exists.
+    thread = prepared.table(Thread).insert_statement(
+        [Thread(id=thread_id, resource_id=resource_id)], suffix=" ON CONFLICT DO NOTHING"
+    )
+    inputs = [Message(thread_id=thread_id, run=run, role=m["role"], content=m["content"]) for m in messages]
+    created = prepared.table(Run).insert_statement([run])
+    rows = [thread, prepared.table(Message).insert_statement(inputs)] if inputs else [thread]
+    if prepared.one_statement():
+        # One statement (the run's INSERT first, the others gated on it): atomic on its own; the
+        # foreign keys are checked at its end.
+        prepared.run_gated(prepared.Statement(f"{created.sql} RETURNING {prepared.quote('id')}", created.params), rows)
+        return run
     with transaction.atomic():
-        # Created unless it exists (one statement, either way).
-        Thread.objects.bulk_create([Thread(id=thread_id, resource_id=resource_id)], ignore_conflicts=True)
-        run = Run.objects.create(
-            agent_id=agent_id,
-            thread_id=thread_id,
-            resource_id=resource_id,
-            parent_run_id=parent_run_id,
-            parent_tool_call_id=parent_tool_call_id,
-            metadata=metadata,
-            options=options,
-            started_by=started_by,
-            started_by_username=started_by.get_username() if started_by is not None else None,
-        )
-        Message.objects.bulk_create(
-            [Message(thread_id=thread_id, run=run, role=m["role"], content=m["content"]) for m in messages]
-        )
+        for statement in (thread, created, *rows[1:]):
+            prepared.execute(statement.sql, statement.params)
     return run
 
 
