@@ -8,11 +8,10 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.template.loader import render_to_string
 
 from agentrun.core import outages
 from agentrun.core.access import can_view, hidden_agent_ids
-from agentrun.core.fanout import APPROVALS_GROUP, FEED_TEMPLATE
+from agentrun.core.fanout import APPROVALS_GROUP, feed_fragment
 
 
 class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
@@ -60,7 +59,6 @@ class ApprovalsFeedConsumer(AsyncWebsocketConsumer):
     async def approvals_event(self, message: dict[str, Any]) -> None:
         if message.get("agentId") in self.hidden:
             return  # not even that something happened: the agent is hidden from this reviewer
-        # An out-of-band swap of the pages' #live-status; its arrival triggers their refresh (hx-trigger).
         # Rendered once by the sender for every socket (fanout.notify_approvals); rendered here only
         # for a message of a process that did not (an older version).
-        await self.send(text_data=message.get("html") or render_to_string(FEED_TEMPLATE, {"event": message}))
+        await self.send(text_data=message.get("html") or feed_fragment(message))

@@ -33,13 +33,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection
-from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.html import format_html
 
 from agentrun.core import outages
 from agentrun.core.chunks import FeedEvent
@@ -48,7 +49,6 @@ from agentrun.core.models import Run, RunChunk
 logger = logging.getLogger("agentrun.core.fanout")
 
 APPROVALS_GROUP = "approvals"
-FEED_TEMPLATE = "approvals/feed_event.html"
 GAP_POLL_SECONDS = 0.05
 LOG_POLL_SECONDS = 0.25  # following a run from the log alone, while the channel layer is down
 
@@ -284,15 +284,26 @@ def _resume_state(run_id: str, after: int) -> tuple[int | None, int]:
 
 def _run_state(run_id: str) -> tuple[str | None, bool]:
     """(status, someone is driving it)."""
-    try:
-        row = Run.objects.filter(pk=run_id).values("status", "lease_owner", "lease_expires_at").first()
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {quote('status')}, {quote('lease_owner')}, {quote('lease_expires_at')} "
+        f"FROM {quote(Run._meta.db_table)} WHERE {quote('id')} = %s"
+    )
+    try:  # SQL of its own, no queryset: read after every live batch a stream relays
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [run_id])
+            row = cursor.fetchone()
     finally:
         release_connection()
     if row is None:
         return None, False
-    expires = row["lease_expires_at"]
-    driving = bool(row["lease_owner"]) and expires is not None and expires > timezone.now()
-    return row["status"], driving
+    status, owner, expires = row
+    if isinstance(expires, str):  # (SQLite without its converters registered)
+        expires = datetime.fromisoformat(expires)
+    if expires is not None and expires.tzinfo is None:  # SQLite keeps UTC without saying so
+        expires = expires.replace(tzinfo=UTC)
+    driving = bool(owner) and expires is not None and expires > timezone.now()
+    return status, driving
 
 
 FINAL = {"completed", "failed", "cancelled", "expired"}
@@ -843,6 +854,22 @@ def _rested(status: str, driving: bool, until: str) -> bool:
     return until == "rest" and status == "suspended" and not driving
 
 
+def feed_fragment(message: dict[str, Any]) -> str:
+    """What a reviewer's page gets for a feed message: an out-of-band swap of its ``#live-status``, whose
+    arrival triggers the page's refresh (hx-trigger). Every value escaped (ids and names are anyone's).
+    Built in Python, not by a template: it is on every suspension's and decision's path."""
+    claim = message.get("claim") or {}
+    return format_html(
+        '<div id="live-status" hx-swap-oob="true" hidden data-event="{}" data-run-id="{}" data-thread-id="{}"'
+        ' data-tool-call-ids="{}" data-claimed-by="{}"></div>',
+        message.get("event", ""),
+        message.get("runId", ""),
+        message.get("threadId", ""),
+        " ".join(message.get("toolCallIds") or ()),
+        claim.get("claimedBy") or "",
+    )
+
+
 def notify_approvals(event: FeedEvent, **fields: Any) -> None:
     """Tell reviewers' pages that calls opened (``suspended``) or left (``decided``). Call after commit.
 
@@ -857,7 +884,7 @@ def notify_approvals(event: FeedEvent, **fields: Any) -> None:
     message = {"type": "approvals.event", "event": event, **fields}
     # The feed's fragment, rendered once here for every reviewer's socket (docs/performance.md
     # "Fan-out (third pass)"): the message carries it.
-    message["html"] = render_to_string(FEED_TEMPLATE, {"event": message})
+    message["html"] = feed_fragment(message)
 
     async def send() -> None:
         try:
