@@ -90,10 +90,22 @@ def create_notices(event: OutboxEvent) -> None:
     now = timezone.now()
     notices = []
     first = _routed_members(event)
-    for user in recipients(event):
-        preference = getattr(user, "notification_preference", None)
-        # A warning or an escalation is about a deadline: it does not wait for the digest.
-        digest = preference is not None and preference.email == DIGEST and event.type == outbox.RUN_SUSPENDED
+    users = recipients(event)
+    # A warning or an escalation is about a deadline: it does not wait for the digest.
+    digesting = {
+        u.pk
+        for u in users
+        if getattr(u, "notification_preference", None) is not None
+        and u.notification_preference.email == DIGEST
+        and event.type == outbox.RUN_SUSPENDED
+    }
+    if digesting:
+        # Events are taken concurrently (a thread or a worker each): the digest's due time is read under
+        # its reviewer's preference row, locked in one order, so a notice joins the digest that another
+        # event's notice, committed meanwhile, started.
+        list(NotificationPreference.objects.select_for_update().filter(user__in=digesting).order_by("user_id"))
+    for user in users:
+        digest = user.pk in digesting
         due = now
         if first is not None and user.pk not in first:
             # A routing rule named a group: its members are told first; the others only if the call
