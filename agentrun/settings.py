@@ -162,6 +162,15 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # A pooled connection may have died since it was last used (the database restarted): check it when
         # it is handed out (an empty query, a round trip) rather than fail the request that gets it.
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # The decision cycle's statements (agentrun/core/prepared.py) are bound by the server and prepared on
+    # their connection once run this many times: planning them anew each time was a third of the server's
+    # share of a cycle (docs/performance.md, "Fifth pass"). The ORM's statements are bound client-side,
+    # as Django does by default, and never prepared. Behind PgBouncer in transaction mode (< 1.21, or
+    # without max_prepared_statements) set AGENTRUN_DB_PREPARE_THRESHOLD=off.
+    _prepare = os.environ.get("AGENTRUN_DB_PREPARE_THRESHOLD", "5").strip().lower()
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        None if _prepare in {"off", "none", ""} else int(_prepare)
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- channel layer ------------------------------------------------------------------------------

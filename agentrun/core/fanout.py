@@ -42,7 +42,7 @@ from django.db import connection
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agentrun.core import outages
+from agentrun.core import outages, prepared
 from agentrun.core.chunks import FeedEvent
 from agentrun.core.models import Run, RunChunk
 
@@ -241,25 +241,18 @@ def _load_chunks(run_id: str, after: int, upto: int | None = None) -> list[WireC
     """The log's chunks after ``after`` (up to ``upto``): one query on the log's (run, seq) key, and no
     model instance nor ORM converter per row (a process reads every chunk of a run it relays once, to
     confirm what it gave live: docs/performance.md "Fan-out (third pass)", "Fourth pass")."""
-    quote = connection.ops.quote_name
-    sql = (
-        f"SELECT {quote('seq')}, {quote('type')}, {quote('payload')} FROM {quote(RunChunk._meta.db_table)} "
-        f"WHERE {quote('run_id')} = %s AND {quote('seq')} > %s"
-    )
-    params: list[Any] = [run_id, after]
+    where, params = '"run_id" = %s AND "seq" > %s', [run_id, after]
     if upto is not None:
-        sql += f" AND {quote('seq')} <= %s"
-        params.append(upto)
+        where, params = f'{where} AND "seq" <= %s', [*params, upto]
     loads = json.loads
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(f"{sql} ORDER BY {quote('seq')}", params)
-            return [
-                WireChunk({"type": type_, "runId": run_id, "from": "AGENT", "seq": seq, "payload": loads(payload)})
-                for seq, type_, payload in cursor.fetchall()
-            ]
+        rows = prepared.table(RunChunk).values(("seq", "type", "payload"), where, params, order='"seq"')
     finally:
         release_connection()
+    return [
+        WireChunk({"type": type_, "runId": run_id, "from": "AGENT", "seq": seq, "payload": loads(payload)})
+        for seq, type_, payload in rows
+    ]
 
 
 def _resume_state(run_id: str, after: int) -> tuple[int | None, int]:
@@ -284,17 +277,11 @@ def _resume_state(run_id: str, after: int) -> tuple[int | None, int]:
 
 def _run_state(run_id: str) -> tuple[str | None, bool]:
     """(status, someone is driving it)."""
-    quote = connection.ops.quote_name
-    sql = (
-        f"SELECT {quote('status')}, {quote('lease_owner')}, {quote('lease_expires_at')} "
-        f"FROM {quote(Run._meta.db_table)} WHERE {quote('id')} = %s"
-    )
-    try:  # SQL of its own, no queryset: read after every live batch a stream relays
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [run_id])
-            row = cursor.fetchone()
+    try:  # no queryset: read after every live batch a stream relays
+        rows = prepared.table(Run).values(("status", "lease_owner", "lease_expires_at"), '"id" = %s', [run_id])
     finally:
         release_connection()
+    row = rows[0] if rows else None
     if row is None:
         return None, False
     status, owner, expires = row

@@ -10,11 +10,17 @@ with ``Model.from_db``, as the ORM makes them. The models written here have no `
 and no model signals, so the ORM and this module write the same rows.
 
 Only ``default`` is used (the engine has one database). SQL here is plain, portable SQL: PostgreSQL
-and SQLite (≥ 3.35 for ``RETURNING``) read the same text.
+and SQLite (≥ 3.35 for ``RETURNING``) read the same text. On PostgreSQL its parameters are bound by the
+server, not quoted into the text by psycopg as the ORM's are (``cursor()``): the text stays the same
+from one call to the next, so the server prepares it on the connection once it has run
+``prepare_threshold`` times (settings: ``AGENTRUN_DB_PREPARE_THRESHOLD``) and plans it no more. A
+parameter must therefore have a type the server can infer from where it stands (a column's value, a
+comparison with a column); one that stands alone takes a cast.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,19 +33,38 @@ def connection() -> Any:
     return connections[DEFAULT_DB_ALIAS]
 
 
+def cursor() -> Any:
+    """A cursor of ``default``: on PostgreSQL one that binds parameters on the server (Django's own
+    class for ``server_side_binding``), wrapped as Django wraps every cursor (execute wrappers, query
+    logging, error translation)."""
+    conn = connection()
+    if conn.vendor != "postgresql":
+        return conn.cursor()
+    conn.ensure_connection()
+    with conn.wrap_database_errors:
+        return conn._prepare_cursor(_server_binding_cursor()(conn.connection))
+
+
+@functools.cache
+def _server_binding_cursor() -> type:
+    from django.db.backends.postgresql.base import ServerBindingCursor  # psycopg is needed only here
+
+    return ServerBindingCursor
+
+
 def execute(sql: str, params: Sequence[Any] = ()) -> int:
     """Run one statement; the number of rows it changed."""
-    with connection().cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    with cursor() as c:
+        c.execute(sql, params)
+        return c.rowcount
 
 
 def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
     """Run one statement and read every row it returns (all of them: an ``UPDATE … RETURNING`` ends
     only once its rows are read)."""
-    with connection().cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
+    with cursor() as c:
+        c.execute(sql, params)
+        return c.fetchall()
 
 
 # --- one statement per write ---------------------------------------------------------------------
@@ -250,6 +275,18 @@ class Table:
                 sql += " FOR UPDATE"
             self._sql[key] = sql
         return [self.instance(row) for row in fetch(sql, params)]
+
+    def values(self, names: Sequence[str], where: str, params: Sequence[Any], *, order: str = "") -> list[tuple]:
+        """The columns ``names`` of the rows ``where`` says, as the driver reads them (no converters, no
+        instances: for a reader that handles a few columns itself), in ``order``."""
+        key = ("values", tuple(names), where, order)
+        sql = self._sql.get(key)
+        if sql is None:
+            sql = f"SELECT {', '.join(self.column(n) for n in names)} FROM {self.name} WHERE {where}"
+            if order:
+                sql += f" ORDER BY {order}"
+            self._sql[key] = sql
+        return fetch(sql, params)
 
     def convert(self, row: Sequence[Any], offset: int = 0) -> list[Any]:
         """The model's values from ``row[offset:offset + len(fields)]``, converted as the ORM does."""
