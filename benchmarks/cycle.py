@@ -299,7 +299,10 @@ def main() -> None:
             for sql in statements:
                 print("   ", sql[:220])
     s = figures["statements"]
+    from benchmarks.machine import describe
+
     print(
+        f"[{describe()}, load average {os.getloadavg()[0]:.2f}] "
         f"{figures['vendor']}: {args.cycles} cycles, suspend → approve → complete: "
         f"median {figures['cycle_ms']['median']} ms (p95 {figures['cycle_ms']['p95']}), "
         f"CPU {figures['cpu_ms']['median']} ms (p95 {figures['cpu_ms']['p95']}); "

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import operations, queries  # noqa: E402
+from benchmarks import machine, operations, queries  # noqa: E402
 from benchmarks.seed import EMAIL_LINE, database_name, drop_database, ensure_database, seed, seeded  # noqa: E402
 
 REFERENCE_N = 10_000
@@ -389,7 +389,7 @@ def table(n: int, f: dict, load: dict) -> str:
     size = f"{n:,}"
     lines = [
         f"agentrun benchmarks: N = {size} suspended runs; PostgreSQL {f['pg_version']}, Redis; "
-        f"{load['cpus']} CPUs, load average {load['before']} before, {load['after']} after",
+        f"{load['cpus']} CPUs, load average {load['before']} before, {load['after']} after; {load['speed']}",
         "",
         "| what | measured | target | |",
         "|---|---|---|---|",
@@ -564,7 +564,7 @@ def main() -> None:
         "admin": server_url(pg, "postgres"),
         "prefix": os.environ.get("BENCH_DB_PREFIX", "agentrun_bench"),
     }
-    load = {"cpus": os.cpu_count(), "before": loadavg()}
+    load = {"cpus": os.cpu_count(), "before": loadavg(), "speed": machine.describe()}
     name = database_name(config["prefix"], args.n)
     ensure_database(config["admin"], name)
 

@@ -34,15 +34,19 @@ def connection() -> Any:
 
 
 def cursor() -> Any:
-    """A cursor of ``default``: on PostgreSQL one that binds parameters on the server (Django's own
-    class for ``server_side_binding``), wrapped as Django wraps every cursor (execute wrappers, query
-    logging, error translation)."""
+    """A cursor of ``default`` for this module's statements, wrapped as Django wraps every cursor
+    (execute wrappers, query logging, error translation). On PostgreSQL it binds parameters on the
+    server (Django's own class for ``server_side_binding``); on SQLite it turns a statement's ``%s``
+    into ``?`` once per text, not on every run as Django's cursor does (a regular expression over the
+    whole statement, 4% of a SQLite cycle's CPU)."""
     conn = connection()
-    if conn.vendor != "postgresql":
-        return conn.cursor()
     conn.ensure_connection()
     with conn.wrap_database_errors:
-        return conn._prepare_cursor(_server_binding_cursor()(conn.connection))
+        if conn.vendor == "postgresql":
+            return conn._prepare_cursor(_server_binding_cursor()(conn.connection))
+        if conn.vendor == "sqlite":
+            return conn._prepare_cursor(conn.connection.cursor(factory=_sqlite_cursor()))
+    return conn.cursor()
 
 
 @functools.cache
@@ -50,6 +54,25 @@ def _server_binding_cursor() -> type:
     from django.db.backends.postgresql.base import ServerBindingCursor  # psycopg is needed only here
 
     return ServerBindingCursor
+
+
+@functools.cache
+def _sqlite_cursor() -> type:
+    import sqlite3
+
+    from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX, SQLiteCursorWrapper
+
+    @functools.lru_cache(maxsize=1024)  # this module's texts: a few dozen shapes
+    def qmark(sql: str) -> str:
+        return FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%")
+
+    class QmarkCursor(SQLiteCursorWrapper):
+        def execute(self, query: str, params: Any = None) -> Any:
+            if params is None:
+                return sqlite3.Cursor.execute(self, query)
+            return sqlite3.Cursor.execute(self, qmark(query), params)
+
+    return QmarkCursor
 
 
 def execute(sql: str, params: Sequence[Any] = ()) -> int:
