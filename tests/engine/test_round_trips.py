@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from agentrun import Agent, ToolContext, get_agent, tool
-from agentrun.core.models import Run, ToolEffect
+from agentrun.core.models import Run, Thread, ToolEffect
 from agentrun.demo import send_email
 from agentrun.engine import store
 from agentrun.engine.decisions import cancel_run, record_decisions
@@ -147,3 +147,30 @@ async def test_the_audit_chain_head_is_locked_last_in_a_decision():
     # data-modifying WITH on PostgreSQL).
     before = {name for sql in decide[:head] for name in sql.split('"')[1::2] if name.startswith("agentrun_")}
     assert {"agentrun_decision", "agentrun_suspendedtoolcall", "agentrun_snapshot"} <= before, _listing(decide)
+
+
+@pytest.mark.django_db
+def test_the_engines_statements_are_planned_once_per_connection_not_on_every_run():
+    """The engine's statements (``agentrun.core.prepared``) keep the same text from one run to the next;
+    on PostgreSQL their values are bound by the server, which prepares a statement once it has run
+    ``AGENTRUN_DB_PREPARE_THRESHOLD`` times on a connection and no longer parses or plans it (what a
+    DBA sees in ``pg_prepared_statements``). Values that SQL would misread if quoted into the text
+    (``%``, quotes, ``/``, ``#``, unicode) come back as they were written."""
+    from agentrun.core import prepared
+
+    Thread.objects.create(id="t", resource_id="r")
+    ids = [f"run_{i}%s%%'/ #é\"{i}" for i in range(7)]
+    for run_id in ids:
+        Run.objects.create(id=run_id, agent_id="support-agent", thread_id="t", resource_id="r")
+    chosen = ids[:6]
+    for run_id in chosen:
+        assert prepared.table(Run).values(("id", "status"), '"id" = %s', [run_id]) == [(run_id, "queued")]
+    if connection.vendor != "postgresql":
+        return
+    assert connection.settings_dict["OPTIONS"]["prepare_threshold"] == 5
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared_texts = [row[0] for row in cursor.fetchall()]
+    assert any('SELECT "id", "status" FROM "agentrun_run" WHERE "id" = $1' in text for text in prepared_texts), (
+        prepared_texts
+    )
