@@ -275,9 +275,9 @@ def encoded_suspended_runs(
     """``list_suspended_runs(...).to_dict()`` (without claims) as the JSON the REST answer sends:
     ``{"runs":[…],"total":N}``, the items comma-separated by ``render`` (the caller's JSON renderer).
 
-    On PostgreSQL each item comes as JSON built in SQL by the page's own query (``_ITEM_JSON``, as the
-    unpaged stream's): two queries (the total, the page with its items) instead of three, and no Python
-    per run but for the runs SQL leaves out (docs/performance.md, "Fourth pass"). Elsewhere:
+    On PostgreSQL each item comes as the JSON kept for it at write time (``_ITEM_SQL``), read by the
+    page's own query: one query (the page with its items and the total), and no Python per run but for
+    the runs SQL leaves out (docs/performance.md, "Fifth pass"). Elsewhere:
     ``list_suspended_runs``'s runs, rendered."""
     ordered, paged, total = _listed(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
     if connection.vendor != "postgresql":
@@ -286,7 +286,7 @@ def encoded_suspended_runs(
         return b'{"runs":[%s],"total":%d}' % (items, count)
     # One query: the page's runs with their items and, on each row, the total (a subquery PostgreSQL
     # evaluates once). A page past the end has no row to carry it: the total alone then.
-    with_items = ordered.annotate(item=RawSQL(_ITEM_JSON, []), total=Subquery(total))
+    with_items = ordered.annotate(item=RawSQL(_ITEM_SQL, []), total=Subquery(total))
     rows = list(with_items.values_list("run_id", "item", "total")[paged])
     count = int(rows[0][2]) if rows else int(list(total)[0])
     encoded = [b"" if item is None else item.encode() for _, item, _ in rows]
@@ -525,40 +525,14 @@ def _with_open_calls(rows: list[tuple], *, with_claims: bool = False) -> list[Su
 STREAM_BATCH = 500
 
 
-# PostgreSQL: a run's listing item as JSON text, built in SQL
-# (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass): the fields and the order
-# of ``SuspendedRun.to_dict`` and ``SuspendedRunToolCall.to_dict``, the fingerprint from
-# ``shown_fingerprint`` (migration 0019_call_fingerprints). NULL when a call needs Python: its
+# PostgreSQL: a run's listing item as JSON text, kept whole at write time (``ListingItem``, migration
+# 0020_listing_items; docs/performance.md, "Fifth pass"): the fields and the order of
+# ``SuspendedRun.to_dict`` and ``SuspendedRunToolCall.to_dict``. NULL when a call needs Python: its
 # fingerprint is not in the column (a float in its arguments), it is surfaced from a sub-agent, or it
-# needs several approvals (who gave them); ``SuspendedRunsStream`` builds those runs in Python. Nested
-# JSON values are PostgreSQL's text of them (a space after ":" and ","): the same JSON, not always the
-# same bytes as Python's rendering.
-_UTC_ISO = '\'YYYY-MM-DD"T"HH24:MI:SS.US"Z"\''
-_CALLS_JSON = (
-    "SELECT CASE WHEN bool_or(c.shown_fingerprint IS NULL OR c.inner_run_id IS NOT NULL OR c.approvals_required <> 1) "
-    "THEN NULL ELSE '[' || string_agg("
-    "'{\"toolCallId\":' || to_json(c.tool_call_id)::text || ',\"toolName\":' || to_json(c.tool_name)::text "
-    "|| ',\"args\":' || coalesce((CASE WHEN c.pending_args IS NOT NULL AND jsonb_typeof(c.pending_args) <> 'null' "
-    "THEN c.pending_args ELSE c.args END)::text, 'null') "
-    "|| ',\"requiresApproval\":' || CASE WHEN c.requires_approval THEN 'true' ELSE 'false' END "
-    "|| ',\"suspendPayload\":' || coalesce(c.suspend_payload::text, 'null') "
-    "|| ',\"resumeSchema\":' || coalesce(c.resume_schema::text, 'null') "
-    "|| ',\"risk\":' || to_json(c.risk)::text "
-    '|| \',"argsFingerprint":"\' || c.shown_fingerprint || \'","approvals":{"required":1,"given":[]}}\', '
-    "',' ORDER BY c.position, c.id) || ']' END "
-    "FROM agentrun_suspendedtoolcall c WHERE c.run_id = agentrun_snapshot.run_id AND c.status = 'open'"
-)
-_ITEM_JSON = (
-    "'{\"runId\":' || to_json(agentrun_snapshot.run_id)::text "
-    "|| ',\"agentId\":' || to_json(agentrun_snapshot.agent_id)::text "
-    '|| \',"status":"suspended","threadId":\' || to_json(agentrun_snapshot.thread_id)::text '
-    "|| ',\"resourceId\":' || coalesce(to_json(agentrun_snapshot.resource_id)::text, 'null') "
-    f"|| ',\"createdAt\":\"' || to_char(agentrun_snapshot.created_at AT TIME ZONE 'UTC', {_UTC_ISO}) "
-    f"|| '\",\"suspendedAt\":\"' || to_char(agentrun_snapshot.suspended_at AT TIME ZONE 'UTC', {_UTC_ISO}) "
-    '|| \'","startedBy":\' || coalesce(to_json((SELECT r.started_by_username FROM agentrun_run r '
-    "WHERE r.id = agentrun_snapshot.run_id))::text, 'null') "
-    f"|| ',\"toolCalls\":' || ({_CALLS_JSON}) || '}}'"
-)
+# needs several approvals (who gave them); the listings build those runs in Python. Nested JSON values
+# are PostgreSQL's text of them (a space after ":" and ","): the same JSON, not always the same bytes as
+# Python's rendering.
+_ITEM_SQL = "(SELECT i.item FROM agentrun_listingitem i WHERE i.run_id = agentrun_snapshot.run_id)"
 
 
 def _snapshot_rows(run_ids: list[str]) -> list[tuple]:
@@ -577,7 +551,7 @@ class SuspendedRunsStream:
     would hold its write lock). Sync calls (``next_batch``, ``next_encoded``, ``close``) stay in one
     thread: the cursor and the transaction live on that thread's connection.
 
-    On PostgreSQL (without claims) each row also carries its item's JSON built in SQL (``_ITEM_JSON``):
+    On PostgreSQL (without claims) each row also carries its item's JSON, kept at write time (``_ITEM_SQL``):
     ``next_encoded`` hands those on as they are, with no query for the calls and no Python per run,
     and builds in Python only the runs SQL left out.
     """
@@ -589,7 +563,7 @@ class SuspendedRunsStream:
         # In SQL: the run id and its item only (the other columns are read for the runs left to Python).
         columns = ["run_id", "item"] if self._in_sql else _SNAPSHOT_COLUMNS
         if self._in_sql:
-            snapshots = snapshots.annotate(item=RawSQL(_ITEM_JSON, []))
+            snapshots = snapshots.annotate(item=RawSQL(_ITEM_SQL, []))
         self._rows: Generator[tuple, None, None] = snapshots.values_list(*columns).iterator(  # type: ignore[assignment]
             chunk_size=STREAM_BATCH
         )
@@ -601,8 +575,8 @@ class SuspendedRunsStream:
         if not self._started and self._transaction is not None:
             self._transaction.__enter__()
             if self._in_sql:
-                # The items' expressions make the plan look dear enough for JIT compilation, which costs
-                # more (~4 µs a run) than it saves on a cursor read batch by batch.
+                # A subquery a row (the item) makes the plan of a large listing look dear enough for JIT
+                # compilation, which costs more than it saves on a cursor read batch by batch.
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL jit = off")
         self._started = True
