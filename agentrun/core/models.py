@@ -301,13 +301,13 @@ class ListingItem(models.Model):
     Written only by database triggers (migration ``0020_listing_items``) on the rows the item is made
     of: the run's snapshot, its calls, its starter's name. Each refresh runs in the statement that
     changed one of them, hence in its transaction: a reader never sees an item older than the rows.
-    ``item`` is NULL where SQL leaves the run to Python (``selectors._ITEM_SQL``). A row per snapshot,
+    No row where SQL leaves the run to Python (``selectors._ITEM_SQL``). At most a row per snapshot,
     keyed by its run, without a relation Django knows of (deleting a snapshot deletes its item in the
     database, with no query of Django's). SQLite: empty, its listings build every item in Python.
     """
 
     run_id = models.CharField(primary_key=True, max_length=40)
-    item = models.TextField(null=True, editable=False)
+    item = models.TextField(editable=False)
 
     def __str__(self) -> str:
         return f"listing item of {self.run_id}"

@@ -2,8 +2,8 @@
 
 The item is what the listings send for a run (docs/api.md#the-listing), built by the same expression
 the listings' queries evaluated per run until now (the fields and the order of ``SuspendedRun.to_dict``,
-the calls' ``argsFingerprint`` from ``shown_fingerprint``, migration 0019; NULL where a call needs Python:
-a float in its arguments, a sub-agent's call, a quorum). It is rebuilt in the statement that changes what
+the calls' ``argsFingerprint`` from ``shown_fingerprint``, migration 0019). A run SQL leaves to Python (a
+call with a float in its arguments, a sub-agent's call, a quorum; no open call) has no row. It is rebuilt in the statement that changes what
 it is made of, whoever writes (the engine, the admin, a bulk load):
 
 - a snapshot inserted, or its listed columns updated (a run suspended again): its item;
@@ -68,13 +68,20 @@ def _old_new(columns: str) -> str:
 PG_INSTALL = [
     f"""
     CREATE FUNCTION agentrun_listing_item_refresh(run text) RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        built text;
     BEGIN
         -- Writers of one run's item take turns: the run's row, locked first (see the module's docstring).
         PERFORM 1 FROM agentrun_run WHERE id = run FOR NO KEY UPDATE;
         -- A statement of its own, begun once the lock is held: it reads what the writer before committed.
-        INSERT INTO agentrun_listingitem AS i (run_id, item)
-        SELECT s.run_id, {_ITEM_JSON} FROM agentrun_snapshot s WHERE s.run_id = run
-        ON CONFLICT (run_id) DO UPDATE SET item = EXCLUDED.item WHERE i.item IS DISTINCT FROM EXCLUDED.item;
+        SELECT {_ITEM_JSON} INTO built FROM agentrun_snapshot s WHERE s.run_id = run;
+        IF built IS NULL THEN
+            -- No snapshot, no open call (its last one decided: the snapshot goes next), or one Python builds.
+            DELETE FROM agentrun_listingitem WHERE run_id = run;
+        ELSE
+            INSERT INTO agentrun_listingitem AS i (run_id, item) VALUES (run, built)
+            ON CONFLICT (run_id) DO UPDATE SET item = EXCLUDED.item WHERE i.item IS DISTINCT FROM EXCLUDED.item;
+        END IF;
     END $$
     """,
     """
@@ -145,7 +152,8 @@ PG_INSTALL = [
     EXECUTE FUNCTION agentrun_listing_item_changed()
     """,
     # The runs that wait now.
-    f"INSERT INTO agentrun_listingitem (run_id, item) SELECT s.run_id, {_ITEM_JSON} FROM agentrun_snapshot s",
+    f"INSERT INTO agentrun_listingitem (run_id, item) SELECT * FROM (SELECT s.run_id, {_ITEM_JSON} AS item "
+    "FROM agentrun_snapshot s) AS built WHERE item IS NOT NULL",
 ]
 PG_UNINSTALL = [
     "DROP TRIGGER IF EXISTS agentrun_listing_item_run_update ON agentrun_run",
@@ -183,7 +191,7 @@ class Migration(migrations.Migration):
             name="ListingItem",
             fields=[
                 ("run_id", models.CharField(max_length=40, primary_key=True, serialize=False)),
-                ("item", models.TextField(editable=False, null=True)),
+                ("item", models.TextField(editable=False)),
             ],
         ),
         migrations.RunPython(_run(PG_INSTALL), _run(PG_UNINSTALL)),
