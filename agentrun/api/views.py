@@ -172,7 +172,7 @@ def listing_response(
     if per_page and page:
         if with_claims:
             return Response(list_suspended_runs(**filters, per_page=per_page, page=page).to_dict())
-        # The bytes DRF would render (on PostgreSQL the items built in SQL: the same JSON).
+        # The bytes DRF would render (on PostgreSQL the items kept as JSON at write time: the same JSON).
         del filters["with_claims"]
         encoded = encoded_suspended_runs(_items, **filters, per_page=per_page, page=page)
         return HttpResponse(encoded, content_type=JSON)
@@ -227,7 +227,7 @@ class AllSuspendedRunsView(ApiView):
 
 class StreamedListing:
     """An unpaged listing's body, batch by batch: the answer DRF's JSONRenderer makes of the whole page
-    (on PostgreSQL the items come as JSON built in SQL: the same JSON, with PostgreSQL's spacing inside
+    (on PostgreSQL the items come as JSON kept at write time: the same JSON, with PostgreSQL's spacing inside
     nested values; docs/performance.md).
 
     Memory holds one batch. Django calls ``close()`` when the response ends, also when the client went

@@ -293,6 +293,26 @@ class Snapshot(models.Model):
         return f"snapshot of {self.run_id}"
 
 
+class ListingItem(models.Model):
+    """PostgreSQL: a waiting run's listing item (docs/api.md#the-listing) as the JSON text the listings
+    send, kept whole at write time so that a listing reads it instead of building it
+    (docs/performance.md, "Fifth pass").
+
+    Written only by database triggers (migration ``0020_listing_items``) on the rows the item is made
+    of: the run's snapshot, its calls, its starter's name. Each refresh runs in the statement that
+    changed one of them, hence in its transaction: a reader never sees an item older than the rows.
+    No row where SQL leaves the run to Python (``selectors._ITEM_SQL``). At most a row per snapshot,
+    keyed by its run, without a relation Django knows of (deleting a snapshot deletes its item in the
+    database, with no query of Django's). SQLite: empty, its listings build every item in Python.
+    """
+
+    run_id = models.CharField(primary_key=True, max_length=40)
+    item = models.TextField(editable=False)
+
+    def __str__(self) -> str:
+        return f"listing item of {self.run_id}"
+
+
 class SnapshotCount(models.Model):
     """How many snapshots (waiting runs) an agent has, in all and on each of its threads and resources:
     the listing's ``total`` is a sum of a few of these rows instead of a count over the snapshots.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import AsyncIterator, Callable, Collection, Generator
 from dataclasses import dataclass, field
@@ -254,9 +255,10 @@ def list_suspended_runs(
     ``agent_ids`` instead of ``agent_id``: the runs of all those agents, in the same order, with the same
     filters, paging and total (``GET /api/suspended-runs``, docs/api.md#across-agents); the caller names
     the agents the reader may see."""
-    ordered, paged, total = _listed(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
+    listing = _Listing.of(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
+    ordered, total = listing.queries()
     count = int(list(total)[0])
-    rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS)[paged])
+    rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS)[listing.paged])
     return SuspendedRunsPage(runs=_with_open_calls(rows, with_claims=with_claims), total=count)
 
 
@@ -275,20 +277,31 @@ def encoded_suspended_runs(
     """``list_suspended_runs(...).to_dict()`` (without claims) as the JSON the REST answer sends:
     ``{"runs":[…],"total":N}``, the items comma-separated by ``render`` (the caller's JSON renderer).
 
-    On PostgreSQL each item comes as JSON built in SQL by the page's own query (``_ITEM_JSON``, as the
-    unpaged stream's): two queries (the total, the page with its items) instead of three, and no Python
-    per run but for the runs SQL leaves out (docs/performance.md, "Fourth pass"). Elsewhere:
+    On PostgreSQL each item comes as the JSON kept for it at write time (``_ITEM_SQL``), read by the
+    page's own query: one query (the page with its items and the total), and no Python per run but for
+    the runs SQL leaves out (docs/performance.md, "Fifth pass"). Elsewhere:
     ``list_suspended_runs``'s runs, rendered."""
-    ordered, paged, total = _listed(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
+    listing = _Listing.of(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
     if connection.vendor != "postgresql":
+        ordered, total = listing.queries()
         count = int(list(total)[0])
-        items = render(_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS)[paged])))
+        items = render(_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS)[listing.paged])))
         return b'{"runs":[%s],"total":%d}' % (items, count)
-    # One query: the page's runs with their items and, on each row, the total (a subquery PostgreSQL
-    # evaluates once). A page past the end has no row to carry it: the total alone then.
-    with_items = ordered.annotate(item=RawSQL(_ITEM_JSON, []), total=Subquery(total))
-    rows = list(with_items.values_list("run_id", "item", "total")[paged])
-    count = int(rows[0][2]) if rows else int(list(total)[0])
+    # One query, its SQL compiled once for listings of this shape (``_compiled``): the page's runs with
+    # their items and, on each row, the total (a subquery PostgreSQL evaluates once). A page past the end
+    # has no row to carry it: the total alone then.
+    page_query, total_query = _compiled(listing.shape())
+    values = listing.values()
+    first, after = listing.paged.start or 0, listing.paged.stop
+    with connection.cursor() as cursor:
+        # LIMIT NULL: no limit (not paged).
+        cursor.execute(page_query.sql, [*page_query.params(values), None if after is None else after - first, first])
+        rows = cursor.fetchall()
+        if rows:
+            count = int(rows[0][2])
+        else:
+            cursor.execute(total_query.sql, total_query.params(values))
+            count = int(cursor.fetchone()[0])
     encoded = [b"" if item is None else item.encode() for _, item, _ in rows]
     left = [i for i, (_, item, _) in enumerate(rows) if item is None]
     if left:
@@ -297,45 +310,103 @@ def encoded_suspended_runs(
     return b'{"runs":[%s],"total":%d}' % (b",".join(encoded), count)
 
 
-def _listed(
-    agent_id: str | None,
-    agent_ids: Collection[str] | None,
-    thread_id: str | None,
-    resource_id: str | None,
-    from_date: datetime | str | None,
-    to_date: datetime | str | None,
-    per_page: int | str | None,
-    page: int | str | None,
-) -> tuple[QuerySet[Snapshot], slice, QuerySet]:
-    """The listing's snapshots in order, the slice of them paged (all when not paged), and the query
-    of its total (``_total_query``); nothing read yet."""
-    agents = _agent_set(agent_id, agent_ids)
-    per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
-    page = _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
-    start = parse_datetime_bound(from_date, "fromDate")
-    end = parse_datetime_bound(to_date, "toDate")
+@dataclass
+class _Listing:
+    """A listing's filters, checked, with what its total reads (``periods``, ``edges``), and its page:
+    what its queries are built from (``queries``), and the values its compiled SQL takes (``values``)."""
 
-    snapshots = _matching(agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end)
-    now = timezone.now()
-    total = _total_query(
-        snapshots, now, agent_ids=agents, thread_id=thread_id, resource_id=resource_id, start=start, end=end
-    )
-    # A run past its time to live is not listed, even before the sweeper has expired it.
-    ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("-created_at", "-run_id")
-    paged = slice(page * per_page, (page + 1) * per_page) if per_page is not None and page is not None else slice(None)
-    return ordered, paged, total
+    agent_ids: list[str]
+    thread_id: str | None
+    resource_id: str | None
+    start: datetime | None
+    end: datetime | None
+    now: datetime
+    # With date bounds: ``_periods``, padded with empty ones to as many as there can be, so that a dated
+    # listing's query has one shape whatever its bounds (width 0 matches no counter, an edge from the
+    # epoch to the epoch no snapshot).
+    periods: list[tuple[int, int, int]]
+    edges: list[tuple[datetime, datetime]]
+    paged: slice
+
+    @classmethod
+    def of(
+        cls,
+        agent_id: str | None,
+        agent_ids: Collection[str] | None,
+        thread_id: str | None,
+        resource_id: str | None,
+        from_date: datetime | str | None,
+        to_date: datetime | str | None,
+        per_page: int | str | None,
+        page: int | str | None,
+    ) -> _Listing:
+        agents = _agent_set(agent_id, agent_ids)
+        per_page = _int_param(per_page, "INVALID_PER_PAGE", "perPage", 1, MAX_PER_PAGE)
+        page = _int_param(page, "INVALID_PAGE", "page", 0, MAX_PAGE)
+        start = parse_datetime_bound(from_date, "fromDate")
+        end = parse_datetime_bound(to_date, "toDate")
+        periods: list[tuple[int, int, int]] = []
+        edges: list[tuple[datetime, datetime]] = []
+        if start is not None or end is not None:
+            whole, parts = _periods(start, end)
+            periods = whole + [(0, 0, 0)] * (_PERIODS - len(whole))
+            edges = [(_EPOCH + a * _US, _EPOCH + b * _US) for a, b in parts] + [(_EPOCH, _EPOCH)] * (
+                _EDGES - len(parts)
+            )
+        return cls(
+            agent_ids=agents,
+            thread_id=thread_id or None,
+            resource_id=resource_id or None,
+            start=start,
+            end=end,
+            now=timezone.now(),
+            periods=periods,
+            edges=edges,
+            # All when not paged.
+            paged=slice(page * per_page, (page + 1) * per_page)
+            if per_page is not None and page is not None
+            else slice(None),
+        )
+
+    def queries(self) -> tuple[QuerySet[Snapshot], QuerySet]:
+        """The listing's snapshots in order and the query of its total (``_total_query``); nothing read yet."""
+        snapshots = _matching(
+            agent_ids=self.agent_ids,
+            thread_id=self.thread_id,
+            resource_id=self.resource_id,
+            start=self.start,
+            end=self.end,
+        )
+        total = _total_query(snapshots, self)
+        # A run past its time to live is not listed, even before the sweeper has expired it.
+        ordered = snapshots.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=self.now)).order_by(
+            "-created_at", "-run_id"
+        )
+        return ordered, total
+
+    def shape(self) -> tuple[int, bool, bool, bool, bool]:
+        """What decides the text of the listing's SQL: how many agents, which filters are present."""
+        return (
+            len(self.agent_ids),
+            self.thread_id is not None,
+            self.resource_id is not None,
+            self.start is not None,
+            self.end is not None,
+        )
+
+    def values(self) -> dict[str, Any]:
+        """Every value the listing's SQL takes, by name (``_compiled`` finds where each goes)."""
+        values: dict[str, Any] = {f"agent{i}": agent for i, agent in enumerate(self.agent_ids)}
+        values |= {"thread": self.thread_id, "resource": self.resource_id, "start": self.start, "end": self.end}
+        values["now"] = self.now
+        for i, (width, first, after) in enumerate(self.periods):
+            values |= {f"width{i}": width, f"first{i}": first, f"after{i}": after}
+        for i, (low, high) in enumerate(self.edges):
+            values |= {f"low{i}": low, f"high{i}": high}
+        return values
 
 
-def _total_query(
-    snapshots: QuerySet[Snapshot],
-    now: datetime,
-    *,
-    agent_ids: list[str],
-    thread_id: str | None,
-    resource_id: str | None,
-    start: datetime | None,
-    end: datetime | None,
-) -> QuerySet:
+def _total_query(snapshots: QuerySet[Snapshot], listing: _Listing) -> QuerySet:
     """The query of how many of ``snapshots`` (filtered) are listed: one row, one column, to run alone
     or to read as a subquery of the page's (``encoded_suspended_runs``).
 
@@ -345,15 +416,74 @@ def _total_query(
     own index, which covers the bounds. Those past their time to live that the sweeper has not removed
     yet are subtracted: ``snapshot_agent_expiry`` finds them, few since the sweeper removes them.
     """
-    dated = start is not None or end is not None
-    expired = _expired(snapshots, now)
+    thread_id, resource_id = listing.thread_id, listing.resource_id
+    dated = listing.start is not None or listing.end is not None
+    expired = _expired(snapshots, listing.now)
     if dated and not thread_id and not resource_id:
-        return _dated_total(agent_ids, start, end, expired)
+        return _dated_total(listing.agent_ids, listing.periods, listing.edges, expired)
     if dated or (thread_id and resource_id):
         # A thread's or a resource's runs within dates: counted on that index (docs/performance.md).
         return _one_value(snapshots, _COUNT - expired)
-    counters = SnapshotCount.objects.filter(_one_of("agent_id", agent_ids), **_counter_key(thread_id, resource_id))
+    counters = SnapshotCount.objects.filter(
+        _one_of("agent_id", listing.agent_ids), **_counter_key(thread_id, resource_id)
+    )
     return _one_value(counters, Coalesce(_sum("snapshots"), Value(0)) - expired)
+
+
+@dataclass(frozen=True)
+class _CompiledQuery:
+    """A listing query's SQL and, for each of its parameters, the name of the listing's value that goes
+    there (``_Listing.values``) or, for a constant of the query itself, None and the constant."""
+
+    sql: str
+    slots: tuple[tuple[str | None, Any], ...]
+
+    def params(self, values: dict[str, Any]) -> list[Any]:
+        return [values[name] if name is not None else constant for name, constant in self.slots]
+
+
+# Stand-in widths and buckets: no width is one (60, 3600, 86400) nor any bucket (seconds since the
+# epoch, now ~1.8e9); in the range of their columns (Django compiles a lookup of an integer out of
+# its column's range to no query at all).
+_STAND_IN = 2_100_000_000
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(shape: tuple[int, bool, bool, bool, bool]) -> tuple[_CompiledQuery, _CompiledQuery]:
+    """The SQL of a listing page of this shape (its runs, items and total; ``LIMIT %s OFFSET %s`` last)
+    and of its total alone, built by the ORM once per shape instead of on every request
+    (docs/performance.md, "Fifth pass").
+
+    Built from a listing of that shape whose every value is a stand-in no real value equals (text no
+    id can hold, a date of the year 1000, a number no width nor bucket is): each parameter of the compiled SQL that is
+    a stand-in is where that value goes; every other parameter is a constant of the query. Every value,
+    the reader's agents first of all, is a parameter of the query, never part of its text."""
+    agents, thread, resource, start, end = shape
+    dated = start or end
+    stand_in = _Listing(
+        agent_ids=[f"\x00agent{i}" for i in range(agents)],
+        thread_id="\x00thread" if thread else None,
+        resource_id="\x00resource" if resource else None,
+        start=datetime(1000, 1, 1, tzinfo=UTC) if start else None,
+        end=datetime(1000, 1, 2, tzinfo=UTC) if end else None,
+        now=datetime(1000, 1, 3, tzinfo=UTC),
+        periods=[(_STAND_IN + 3 * i, _STAND_IN + 3 * i + 1, _STAND_IN + 3 * i + 2) for i in range(_PERIODS)]
+        if dated
+        else [],
+        edges=[(datetime(1001 + i, 1, 1, tzinfo=UTC), datetime(1001 + i, 1, 2, tzinfo=UTC)) for i in range(_EDGES)]
+        if dated
+        else [],
+        paged=slice(None),
+    )
+    names = {value: name for name, value in stand_in.values().items() if value is not None}
+
+    def compiled(query: QuerySet, suffix: str = "") -> _CompiledQuery:
+        sql, params = query.query.sql_with_params()
+        return _CompiledQuery(sql + suffix, tuple((names.get(p), None if p in names else p) for p in params))
+
+    ordered, total = stand_in.queries()
+    page = ordered.annotate(item=RawSQL(_ITEM_SQL, []), total=Subquery(total)).values_list("run_id", "item", "total")
+    return compiled(page, " LIMIT %s OFFSET %s"), compiled(total)
 
 
 # COUNT(*) and SUM as plain functions, not aggregates: Django adds no GROUP BY, so ``SELECT COUNT(*) …``
@@ -373,6 +503,8 @@ def _one_value(rows: QuerySet, value: Any) -> QuerySet:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _FIRST, _LAST = datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC)  # no bound
+# The most ``_periods`` gives: whole minutes and hours at both ends, whole days between; and two edges.
+_PERIODS, _EDGES = 2 * (len(SnapshotPeriodCount.WIDTHS) - 1) + 1, 2
 
 
 def _periods(start: datetime | None, end: datetime | None) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
@@ -402,32 +534,29 @@ def _periods(start: datetime | None, end: datetime | None) -> tuple[list[tuple[i
     return periods, edges
 
 
-def _dated_total(agent_ids: list[str], start: datetime | None, end: datetime | None, expired: Coalesce) -> QuerySet:
+def _dated_total(
+    agent_ids: list[str], periods: list[tuple[int, int, int]], edges: list[tuple[datetime, datetime]], expired: Coalesce
+) -> QuerySet:
     """The listing's total with date bounds (no thread nor resource): the whole minutes, hours and days
     inside the bounds from ``SnapshotPeriodCount``, plus the snapshots of the partial minutes at both
-    edges counted on the listing's index, less those past their time to live (``expired``). Exact, and
-    the same work whatever the number of runs: a few counter rows per day of the range and at most two
-    minutes of snapshots (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass)."""
-    periods, edges = _periods(start, end)
-    if not periods:  # under two minutes: their snapshots, counted on the index
-        snapshots = _matching(agent_ids=agent_ids, thread_id=None, resource_id=None, start=start, end=end)
-        return _one_value(snapshots, _COUNT - expired)
+    edges counted on the listing's index (all of it for bounds under two minutes apart), less those past
+    their time to live (``expired``). Exact, and the same work whatever the number of runs: a few counter
+    rows per day of the range and at most two minutes of snapshots
+    (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass)."""
     whole = Q()
     for width, first, after in periods:
         whole |= Q(width=width, bucket__gte=first, bucket__lt=after)
     counters = SnapshotPeriodCount.objects.filter(_one_of("agent_id", agent_ids)).filter(whole)
-    total = Coalesce(_sum("snapshots"), Value(0)) - expired
-    if edges:
-        within = Q()
-        for low, high in edges:
-            within |= Q(created_at__gte=_EPOCH + low * _US, created_at__lt=_EPOCH + high * _US)
-        at_edges = (
-            Snapshot.objects.filter(_one_of("agent_id", agent_ids))
-            .filter(within)
-            .order_by()
-            .annotate(n=Func(template="COUNT(*)", output_field=IntegerField()))
-        )
-        total = total + Coalesce(Subquery(at_edges.values("n")[:1]), Value(0))
+    within = Q()
+    for low, high in edges:
+        within |= Q(created_at__gte=low, created_at__lt=high)
+    at_edges = (
+        Snapshot.objects.filter(_one_of("agent_id", agent_ids))
+        .filter(within)
+        .order_by()
+        .annotate(n=Func(template="COUNT(*)", output_field=IntegerField()))
+    )
+    total = Coalesce(_sum("snapshots"), Value(0)) - expired + Coalesce(Subquery(at_edges.values("n")[:1]), Value(0))
     return _one_value(counters, total)
 
 
@@ -525,40 +654,14 @@ def _with_open_calls(rows: list[tuple], *, with_claims: bool = False) -> list[Su
 STREAM_BATCH = 500
 
 
-# PostgreSQL: a run's listing item as JSON text, built in SQL
-# (docs/performance.md#request-floor-unpaged-listing-date-totals-third-pass): the fields and the order
-# of ``SuspendedRun.to_dict`` and ``SuspendedRunToolCall.to_dict``, the fingerprint from
-# ``shown_fingerprint`` (migration 0019_call_fingerprints). NULL when a call needs Python: its
+# PostgreSQL: a run's listing item as JSON text, kept whole at write time (``ListingItem``, migration
+# 0020_listing_items; docs/performance.md, "Fifth pass"): the fields and the order of
+# ``SuspendedRun.to_dict`` and ``SuspendedRunToolCall.to_dict``. NULL when a call needs Python: its
 # fingerprint is not in the column (a float in its arguments), it is surfaced from a sub-agent, or it
-# needs several approvals (who gave them); ``SuspendedRunsStream`` builds those runs in Python. Nested
-# JSON values are PostgreSQL's text of them (a space after ":" and ","): the same JSON, not always the
-# same bytes as Python's rendering.
-_UTC_ISO = '\'YYYY-MM-DD"T"HH24:MI:SS.US"Z"\''
-_CALLS_JSON = (
-    "SELECT CASE WHEN bool_or(c.shown_fingerprint IS NULL OR c.inner_run_id IS NOT NULL OR c.approvals_required <> 1) "
-    "THEN NULL ELSE '[' || string_agg("
-    "'{\"toolCallId\":' || to_json(c.tool_call_id)::text || ',\"toolName\":' || to_json(c.tool_name)::text "
-    "|| ',\"args\":' || coalesce((CASE WHEN c.pending_args IS NOT NULL AND jsonb_typeof(c.pending_args) <> 'null' "
-    "THEN c.pending_args ELSE c.args END)::text, 'null') "
-    "|| ',\"requiresApproval\":' || CASE WHEN c.requires_approval THEN 'true' ELSE 'false' END "
-    "|| ',\"suspendPayload\":' || coalesce(c.suspend_payload::text, 'null') "
-    "|| ',\"resumeSchema\":' || coalesce(c.resume_schema::text, 'null') "
-    "|| ',\"risk\":' || to_json(c.risk)::text "
-    '|| \',"argsFingerprint":"\' || c.shown_fingerprint || \'","approvals":{"required":1,"given":[]}}\', '
-    "',' ORDER BY c.position, c.id) || ']' END "
-    "FROM agentrun_suspendedtoolcall c WHERE c.run_id = agentrun_snapshot.run_id AND c.status = 'open'"
-)
-_ITEM_JSON = (
-    "'{\"runId\":' || to_json(agentrun_snapshot.run_id)::text "
-    "|| ',\"agentId\":' || to_json(agentrun_snapshot.agent_id)::text "
-    '|| \',"status":"suspended","threadId":\' || to_json(agentrun_snapshot.thread_id)::text '
-    "|| ',\"resourceId\":' || coalesce(to_json(agentrun_snapshot.resource_id)::text, 'null') "
-    f"|| ',\"createdAt\":\"' || to_char(agentrun_snapshot.created_at AT TIME ZONE 'UTC', {_UTC_ISO}) "
-    f"|| '\",\"suspendedAt\":\"' || to_char(agentrun_snapshot.suspended_at AT TIME ZONE 'UTC', {_UTC_ISO}) "
-    '|| \'","startedBy":\' || coalesce(to_json((SELECT r.started_by_username FROM agentrun_run r '
-    "WHERE r.id = agentrun_snapshot.run_id))::text, 'null') "
-    f"|| ',\"toolCalls\":' || ({_CALLS_JSON}) || '}}'"
-)
+# needs several approvals (who gave them); the listings build those runs in Python. Nested JSON values
+# are PostgreSQL's text of them (a space after ":" and ","): the same JSON, not always the same bytes as
+# Python's rendering.
+_ITEM_SQL = "(SELECT i.item FROM agentrun_listingitem i WHERE i.run_id = agentrun_snapshot.run_id)"
 
 
 def _snapshot_rows(run_ids: list[str]) -> list[tuple]:
@@ -577,7 +680,7 @@ class SuspendedRunsStream:
     would hold its write lock). Sync calls (``next_batch``, ``next_encoded``, ``close``) stay in one
     thread: the cursor and the transaction live on that thread's connection.
 
-    On PostgreSQL (without claims) each row also carries its item's JSON built in SQL (``_ITEM_JSON``):
+    On PostgreSQL (without claims) each row also carries its item's JSON, kept at write time (``_ITEM_SQL``):
     ``next_encoded`` hands those on as they are, with no query for the calls and no Python per run,
     and builds in Python only the runs SQL left out.
     """
@@ -589,7 +692,7 @@ class SuspendedRunsStream:
         # In SQL: the run id and its item only (the other columns are read for the runs left to Python).
         columns = ["run_id", "item"] if self._in_sql else _SNAPSHOT_COLUMNS
         if self._in_sql:
-            snapshots = snapshots.annotate(item=RawSQL(_ITEM_JSON, []))
+            snapshots = snapshots.annotate(item=RawSQL(_ITEM_SQL, []))
         self._rows: Generator[tuple, None, None] = snapshots.values_list(*columns).iterator(  # type: ignore[assignment]
             chunk_size=STREAM_BATCH
         )
@@ -601,8 +704,8 @@ class SuspendedRunsStream:
         if not self._started and self._transaction is not None:
             self._transaction.__enter__()
             if self._in_sql:
-                # The items' expressions make the plan look dear enough for JIT compilation, which costs
-                # more (~4 µs a run) than it saves on a cursor read batch by batch.
+                # A subquery a row (the item) makes the plan of a large listing look dear enough for JIT
+                # compilation, which costs more than it saves on a cursor read batch by batch.
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL jit = off")
         self._started = True

@@ -229,3 +229,59 @@ def test_expired_runs_not_swept_yet_are_neither_listed_nor_counted(api, runs):
     assert dated.json()["total"] == 3 and ids(dated) == expected
     by_thread = api.get(URL, {"threadId": "t-2", "perPage": 10, "page": 0})
     assert by_thread.json()["total"] == 1 and ids(by_thread) == [runs["s2"]]
+
+
+def test_a_reader_scoped_to_one_agent_never_sees_another_s_runs_whatever_the_filters(settings, db):
+    """Two agents whose runs share every thread, resource and date: only the reader's scope tells them
+    apart. Two readers, each kept out of the other's agent, ask every combination of filters, with and
+    without naming their agent (on PostgreSQL each shape's SQL is compiled once, the scope a parameter of it): each sees
+    exactly their agent's runs, as the listing built without that SQL shows them."""
+
+    @tool(id="send-email", requires_approval=True)
+    def send_email(to: str, subject: str, body: str) -> dict:
+        return {"sent": True}
+
+    one, two = "agent/one ü✓", "agent two %#'\""
+    thread, resource = "thread a/b 100% #x 'q' \"dq\" ü✓", "user/ü 50%#'\""
+    for agent in (one, two):
+        Agent(id=agent, tools=[send_email], model="directive")
+    made: dict[str, list[str]] = {one: [], two: []}
+    for i in range(6):
+        for agent in (one, two):
+            run_id = async_to_sync(suspended_email_run)(
+                thread=thread if i % 2 else f"other {i}", resource=resource if i % 3 else "u", agent_id=agent
+            )
+            async_to_sync(set_created_at)(run_id, T0 + timedelta(minutes=90 * i))
+            made[agent].append(run_id)
+    settings.AGENTRUN_AGENT_REVIEWERS = {one: ["Group one"], two: ["Group two"]}
+    readers = {}
+    for agent, group in ((one, "Group one"), (two, "Group two")):
+        reader = make_user(f"reader of {group}")
+        reader.groups.add(Group.objects.get_or_create(name=group)[0])
+        readers[agent] = token_client(reader)
+    filters = {
+        "threadId": thread,
+        "resourceId": resource,
+        "fromDate": (T0 + timedelta(minutes=30)).isoformat(),
+        "toDate": (T0 + timedelta(minutes=400, seconds=7)).isoformat(),
+    }
+    for present in range(16):
+        params = {name: value for bit, (name, value) in enumerate(filters.items()) if present >> bit & 1}
+        for agent, client in readers.items():
+            expected = selectors.list_suspended_runs(
+                agent_id=agent,
+                thread_id=params.get("threadId"),
+                resource_id=params.get("resourceId"),
+                from_date=params.get("fromDate"),
+                to_date=params.get("toDate"),
+                per_page=4,
+                page=0,
+            ).to_dict()
+            assert expected["total"] and {r["agentId"] for r in expected["runs"]} == {agent}, params
+            for extra in ({}, {"agentId": agent}):  # every agent the reader sees; theirs alone
+                answer = client.get(URL, {**params, **extra, "perPage": 4, "page": 0})
+                assert answer.status_code == 200, (extra, params, answer.content)
+                assert answer.json() == json.loads(json.dumps(expected)), (extra, params)
+            other = two if agent == one else one
+            hidden = client.get(URL, {**params, "agentId": other, "perPage": 4, "page": 0})
+            assert hidden.status_code == 404, params
