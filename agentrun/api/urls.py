@@ -24,15 +24,17 @@ def both(route: str, view: Any, name: str) -> list:
 app_name = "api"
 urlpatterns = [
     *both("agents/", views.AgentListView.as_view(), "agents"),
-    *both("agents/<str:agentId>/stream", views.AgentStreamView.as_view(), "agent-stream"),
-    *both("agents/<str:agentId>/generate", views.AgentGenerateView.as_view(), "agent-generate"),
-    *both("agents/<str:agentId>/suspended-runs", views.SuspendedRunsView.as_view(), "suspended-runs"),
+    # An agent id may hold "/" (sent as %2F, decoded before routing): <anyid:> takes it whole; the run id
+    # after it has none, so each route's fixed ending says where the agent id stops.
+    *both("agents/<anyid:agentId>/stream", views.AgentStreamView.as_view(), "agent-stream"),
+    *both("agents/<anyid:agentId>/generate", views.AgentGenerateView.as_view(), "agent-generate"),
+    *both("agents/<anyid:agentId>/suspended-runs", views.SuspendedRunsView.as_view(), "suspended-runs"),
     *both("suspended-runs", views.AllSuspendedRunsView.as_view(), "all-suspended-runs"),
-    *both("agents/<str:agentId>/runs/<str:runId>/approve", views.ApproveView.as_view(), "approve"),
-    *both("agents/<str:agentId>/runs/<str:runId>/decline", views.DeclineView.as_view(), "decline"),
-    *both("agents/<str:agentId>/runs/<str:runId>/resume", views.ResumeView.as_view(), "resume"),
-    *both("agents/<str:agentId>/runs/<str:runId>/decisions", views.BatchDecisionView.as_view(), "decisions-batch"),
-    *both("agents/<str:agentId>/runs/<str:runId>/claim", views.ClaimView.as_view(), "claim"),
+    *both("agents/<anyid:agentId>/runs/<str:runId>/approve", views.ApproveView.as_view(), "approve"),
+    *both("agents/<anyid:agentId>/runs/<str:runId>/decline", views.DeclineView.as_view(), "decline"),
+    *both("agents/<anyid:agentId>/runs/<str:runId>/resume", views.ResumeView.as_view(), "resume"),
+    *both("agents/<anyid:agentId>/runs/<str:runId>/decisions", views.BatchDecisionView.as_view(), "decisions-batch"),
+    *both("agents/<anyid:agentId>/runs/<str:runId>/claim", views.ClaimView.as_view(), "claim"),
     *both("runs/<str:runId>", views.RunDetailView.as_view(), "run"),
     *both("runs/<str:runId>/steps", views.RunStepListView.as_view(), "run-steps"),
     *both("runs/<str:runId>/steps/<str:stepId>", views.RunStepDetailView.as_view(), "run-step"),

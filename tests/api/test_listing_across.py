@@ -188,6 +188,15 @@ def test_odd_thread_resource_and_agent_ids(api, db):
         # Percent-encoded by hand, as a client building the query string would.
         raw = api.get(f"{URL}?agentId={quote(f'agent {odd}', safe='')}&perPage=10&page=0")
         assert ids(raw) == [made[odd]]
+        # In the path of the per-agent routes, "/" as %2F (decoded before routing, as servers do).
+        agent_path = f"/api/agents/{quote(f'agent {odd}', safe='')}"
+        assert ids(api.get(f"{agent_path}/suspended-runs")) == [made[odd]], agent_path
+        assert ids(api.get(f"{agent_path}/suspended-runs/", {"threadId": f"thread {odd}"})) == [made[odd]]
+    for odd in ODD:
+        agent_path = f"/api/agents/{quote(f'agent {odd}', safe='')}"
+        response = api.post(f"{agent_path}/runs/{made[odd]}/decline", {"reason": "no"}, format="json")
+        assert response.status_code == 202, (odd, response.content)
+        assert ids(api.get(f"{agent_path}/suspended-runs")) == []
 
 
 def test_query_count_does_not_grow_with_the_page_size_or_the_agents(api, db):

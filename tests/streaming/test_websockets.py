@@ -314,3 +314,20 @@ async def test_subscribers_that_keep_up_get_the_same_frames_of_a_burst_and_are_n
     texts = [[f["text"] for f in each] for each in frames]
     assert texts[0] == texts[1] == texts[2], "the same frames, byte for byte, to every subscriber"
     await _all_got_the_log_and_stay_open(stream.run_id, last, texts[0], comms)
+
+
+async def test_an_agent_id_holding_a_slash_works_on_its_socket():
+    """An agent id may hold "/" (and spaces, "%", unicode): a client sends it as %2F, the server decodes
+    the path before routing, and the agent's socket still finds the agent."""
+    from agentrun import Agent
+
+    odd = "team/a b%ü"
+    Agent(id=odd, model="directive")
+    token = await reviewer_token()
+    comm = communicator(f"/ws/agents/{odd}/", token)
+    assert (await comm.connect())[0]
+    await comm.send_json_to({"action": "stream", "messages": "hello", "memory": {"thread": "ws-odd-agent"}})
+    frames = await receive_until(comm, lambda f: f.get("type") == "finish")
+    assert frames[0]["type"] == "start" and frames[0]["payload"]["agentId"] == odd
+    assert "".join(f["payload"]["text"] for f in frames if f["type"] == "text-delta") == "Echo: hello"
+    await comm.disconnect()
