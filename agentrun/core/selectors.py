@@ -256,10 +256,17 @@ def list_suspended_runs(
     filters, paging and total (``GET /api/suspended-runs``, docs/api.md#across-agents); the caller names
     the agents the reader may see."""
     listing = _Listing.of(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
+    runs, count = _page_in_python(listing, with_claims=with_claims)
+    return SuspendedRunsPage(runs=runs, total=count)
+
+
+def _page_in_python(listing: _Listing, *, with_claims: bool = False) -> tuple[list[SuspendedRun], int]:
+    """The listing's page of runs, built in Python (three queries: the total, the snapshots, their open
+    calls), and its total."""
     ordered, total = listing.queries()
     count = int(list(total)[0])
     rows = list(ordered.values_list(*_SNAPSHOT_COLUMNS)[listing.paged])
-    return SuspendedRunsPage(runs=_with_open_calls(rows, with_claims=with_claims), total=count)
+    return _with_open_calls(rows, with_claims=with_claims), count
 
 
 def encoded_suspended_runs(
@@ -283,10 +290,8 @@ def encoded_suspended_runs(
     ``list_suspended_runs``'s runs, rendered."""
     listing = _Listing.of(agent_id, agent_ids, thread_id, resource_id, from_date, to_date, per_page, page)
     if connection.vendor != "postgresql":
-        ordered, total = listing.queries()
-        count = int(list(total)[0])
-        items = render(_with_open_calls(list(ordered.values_list(*_SNAPSHOT_COLUMNS)[listing.paged])))
-        return b'{"runs":[%s],"total":%d}' % (items, count)
+        runs, count = _page_in_python(listing)
+        return b'{"runs":[%s],"total":%d}' % (render(runs), count)
     # One query, its SQL compiled once for listings of this shape (``_compiled``): the page's runs with
     # their items and, on each row, the total (a subquery PostgreSQL evaluates once). A page past the end
     # has no row to carry it: the total alone then.
