@@ -106,8 +106,11 @@ async def _settled() -> None:
     flush and lease release), so that its statements count in that phase and not in the next one."""
     from agentrun.engine import runtime, stream
 
-    current = asyncio.current_task()
-    pending = [t for t in (*stream._producers, *runtime._tasks) if t is not current and not t.done()]
+    current, loop = asyncio.current_task(), asyncio.get_running_loop()
+    # This loop's work only: the notifications queue's tasks run on a loop of their own (detached).
+    pending = [
+        t for t in (*stream._producers, *runtime._tasks) if t is not current and not t.done() and t.get_loop() is loop
+    ]
     await asyncio.gather(*pending, return_exceptions=True)
 
 
