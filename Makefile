@@ -34,7 +34,7 @@ test: setup browser lint test-sqlite test-postgres test-e2e
 
 ## What proves the embedded default (SQLite's locking, the in-memory channel layer, in-process tasks and
 ## notification threads); everything runs once more, and in full, on PostgreSQL + Redis.
-EMBEDDED_TESTS ?= tests/engine tests/streaming tests/notifications tests/approvals/test_grants.py tests/api/test_decisions.py tests/robustness/test_health.py tests/server tests/security/test_every_door.py tests/api/test_listing_across.py
+EMBEDDED_TESTS ?= tests/engine tests/streaming tests/notifications tests/approvals/test_grants.py tests/approvals/test_feed.py tests/api/test_decisions.py tests/robustness/test_health.py tests/server tests/security/test_every_door.py tests/api/test_listing_across.py
 test-sqlite: setup
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/pytest -m "not e2e and not system" -q $(EMBEDDED_TESTS)
 

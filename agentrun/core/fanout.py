@@ -28,6 +28,7 @@ import bisect
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import weakref
@@ -36,7 +37,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import SyncToAsync, async_to_sync, sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import connection
 from django.utils import timezone
@@ -232,6 +233,20 @@ def release_connection() -> None:
         connection.close()
 
 
+@contextlib.contextmanager
+def _reading() -> Iterator[None]:
+    """A relay's read: the connection it opened is given back after it (``release_connection``); one
+    this thread held already stays — the engine driving the run in this process shares asgiref's
+    database thread with the streams it relays, and taking its connection away made its next
+    statement borrow one again, with the pool's check (docs/performance.md#sixth-pass)."""
+    opened_here = connection.connection is None
+    try:
+        yield
+    finally:
+        if opened_here:
+            release_connection()
+
+
 def _drop_broken_connection() -> None:
     """After a database error: a connection it broke is closed, so the next read opens a fresh one."""
     connection.close_if_unusable_or_obsolete()
@@ -245,10 +260,8 @@ def _load_chunks(run_id: str, after: int, upto: int | None = None) -> list[WireC
     if upto is not None:
         where, params = f'{where} AND "seq" <= %s', [*params, upto]
     loads = json.loads
-    try:
+    with _reading():
         rows = prepared.table(RunChunk).values(("seq", "type", "payload"), where, params, order='"seq"')
-    finally:
-        release_connection()
     return [
         WireChunk({"type": type_, "runId": run_id, "from": "AGENT", "seq": seq, "payload": loads(payload)})
         for seq, type_, payload in rows
@@ -258,7 +271,7 @@ def _load_chunks(run_id: str, after: int, upto: int | None = None) -> list[WireC
 def _resume_state(run_id: str, after: int) -> tuple[int | None, int]:
     """For a client resuming after ``after``: (the first takeover finish in the window below it, the
     last seq the log holds). One row each, on the log's (run, seq) key."""
-    try:
+    with _reading():
         chunks = RunChunk.objects.filter(run_id=run_id)
         near = chunks.filter(seq__gt=after - TAKEOVER_WINDOW, seq__lte=after, type="finish").order_by("seq")
         takeover = next(
@@ -270,17 +283,13 @@ def _resume_state(run_id: str, after: int) -> tuple[int | None, int]:
             None,
         )
         end = chunks.order_by("-seq").values_list("seq", flat=True).first() or 0
-    finally:
-        release_connection()
     return takeover, end
 
 
 def _run_state(run_id: str) -> tuple[str | None, bool]:
     """(status, someone is driving it)."""
-    try:  # no queryset: read after every live batch a stream relays
+    with _reading():  # no queryset: read after every live batch a stream relays
         rows = prepared.table(Run).values(("status", "lease_owner", "lease_expires_at"), '"id" = %s', [run_id])
-    finally:
-        release_connection()
     row = rows[0] if rows else None
     if row is None:
         return None, False
@@ -887,12 +896,23 @@ def notify_approvals(event: FeedEvent, **fields: Any) -> None:
     except RuntimeError:
         loop = None
     if loop is None and isinstance(layer, InMemoryChannelLayer):
-        # In memory (the embedded default): no network to wait on, and the feed's consumers listen on
-        # the server's loop, which async_to_sync reaches from a request thread.
-        async_to_sync(send)()
-        return
+        # In memory (the embedded default): the feed's consumers listen on the loop that called this
+        # thread (a request's, the engine's: asgiref's sync_to_async), where the send is queued without
+        # waiting for it — the decision's thread went back and forth once per notice before
+        # (docs/performance.md#sixth-pass); from a thread of its own, async_to_sync reaches it.
+        loop = _calling_loop()
+        if loop is None:
+            async_to_sync(send)()
+            return
     target = loop or _notifier_loop()
     target.call_soon_threadsafe(lambda: _keep(target.create_task(send())))
+
+
+def _calling_loop() -> asyncio.AbstractEventLoop | None:
+    """The running event loop whose ``sync_to_async`` runs this thread, if one does."""
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
+    same_process = getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) == os.getpid()
+    return loop if same_process and loop is not None and loop.is_running() else None
 
 
 NOTIFY_TIMEOUT_SECONDS = 2.0

@@ -82,6 +82,21 @@ def execute(sql: str, params: Sequence[Any] = ()) -> int:
         return c.rowcount
 
 
+def execute_all(statements: Sequence[Statement]) -> None:
+    """Run the statements in their order, in the caller's transaction. On PostgreSQL they are sent
+    together and their results read once (psycopg's pipeline mode): one round trip for all of them,
+    each still a statement of its own (its triggers fire at its end, in this order). An error of any
+    is raised once all were sent; the ones after it did not run."""
+    conn = connection()
+    if conn.vendor != "postgresql" or len(statements) < 2:
+        for statement in statements:
+            execute(statement.sql, statement.params)
+        return
+    with cursor() as c, conn.wrap_database_errors, conn.connection.pipeline():
+        for statement in statements:
+            c.execute(statement.sql, statement.params)
+
+
 def fetch(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
     """Run one statement and read every row it returns (all of them: an ``UPDATE … RETURNING`` ends
     only once its rows are read)."""

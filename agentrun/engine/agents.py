@@ -27,6 +27,7 @@ from agentrun.engine.inputs import (
     normalize_until_idle,
     validate_metadata,
 )
+from agentrun.engine.lease import create_run_to_drive
 from agentrun.engine.loop import Segment
 from agentrun.engine.providers import CONTINUATION_PREFIX, LanguageModel, get_model
 from agentrun.engine.registry import register_agent
@@ -131,7 +132,9 @@ class Agent:
             "require_tool_approval": bool(require_tool_approval),
             "until_idle": idle,
         }
-        run = await db(store.create_run)(
+        dispatched = dispatch and not idle
+        # Driven here: created started, with this process's lease (one statement, not two).
+        run = await db(store.create_run if dispatched else create_run_to_drive)(
             agent_id=self.id,
             messages=normalized,
             thread_id=thread_id,
@@ -140,9 +143,9 @@ class Agent:
             options={k: v for k, v in options.items() if v},
             started_by=started_by if getattr(started_by, "pk", None) else None,
         )
-        if dispatch and not idle:
+        if dispatched:
             return await _dispatched(self.id, run.id, after=0)
-        return self._drive(run.id, until_idle=idle)
+        return self._drive(run, until_idle=idle)
 
     async def stream_until_idle(self, messages: Any, *, max_idle_ms: int | None = None, **options: Any) -> RunStream:
         """Deprecated: use ``stream(..., until_idle=True)`` (or ``{"max_idle_ms": …}``)."""
@@ -157,7 +160,9 @@ class Agent:
         await stream.collect()
         return await generate_result(stream)
 
-    def _drive(self, run_id: str, until_idle: dict | None = None) -> RunStream:
+    def _drive(self, run: Run, until_idle: dict | None = None) -> RunStream:
+        """Drive a run just created with this process's lease (``create_run_to_drive``)."""
+        run_id = run.id
         stream = RunStream(run_id)
         last_seq = [0]
 
@@ -166,7 +171,7 @@ class Agent:
             stream.sink(chunk)
 
         async def produce(s: RunStream) -> None:
-            result = await Segment(self, run_id, sinks=[sink]).run()
+            result = await Segment(self, run_id, sinks=[sink], created=run).run()
             s.first_turn_done(result)
             if until_idle:
                 await self._until_idle(run_id, sink, last_seq[0], until_idle["max_idle_ms"])

@@ -344,8 +344,7 @@ def _record(command: DecisionCommand, *, may_be_surfaced: bool = False) -> Decis
             run.status = Run.Status.IN_PROGRESS
             writes.append(prepared.table(Run).update_statement(run, ["status"]))
             writes.append(prepared.table(Snapshot).delete_statement('"run_id" = %s', [run.pk]))
-        for statement in writes:
-            prepared.execute(statement.sql, statement.params)
+        prepared.execute_all(writes)
         for decision in decisions:
             receipts.seal(decision)  # its signed receipt, in this transaction (docs/security.md, "Audit receipts")
         for decision in decisions:

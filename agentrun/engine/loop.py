@@ -78,9 +78,11 @@ class Segment:
         directive: str | None = None,
         only_if_needed: bool = False,
         lease_owner: str | None = None,
+        created: Run | None = None,
     ) -> None:
         self.agent = agent
         self.lease_owner = lease_owner  # a lease this process held for the run (a retry after an outage)
+        self.created = created  # the run, just created with its lease (lease.create_run_to_drive)
         self.only_if_needed = only_if_needed
         self.run_id = run_id
         self.publisher = RunPublisher(run_id)
@@ -128,10 +130,13 @@ class Segment:
     async def _run(self) -> SegmentResult:
         # The lease taken, the run read (and started, if queued) by one statement; the calls to carry
         # out read (the first marked executing) in the same trip to the database thread.
-        async with RunLease(self.run_id, self.lease_owner, drive=True, then=store.calls_to_carry_out) as lease:
+        # A run just created with its lease is driven as it is (nothing to read: it just started).
+        async with RunLease(
+            self.run_id, self.lease_owner, drive=True, then=store.calls_to_carry_out, taken=self.created
+        ) as lease:
             self.lease = lease
             run = lease.loaded
-            calls, marked = lease.read
+            calls, marked = lease.read or ([], None)
             self.waited = run.status == Run.Status.SUSPENDED
             self.log = ChunkLog(run.id, run.next_seq, self.sinks, owner=lease.owner)
             if run.segment_open:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -77,6 +77,10 @@ def calls_to_carry_out(run: Run) -> tuple[list[SuspendedToolCall], int | None]:
     ``Segment._apply_decisions`` would do next. Nothing for a run that is final or just started."""
     if run.is_final or getattr(run, "started_now", False):
         return [], None
+    if prepared.one_statement():
+        # The call marked by the statement that reads them all (its UPDATE in a WITH): one round trip.
+        calls, marked = _calls_with_decisions_and_steps(run.pk, mark_first=True)
+        return _in_decision_order(calls), marked
     calls = waiting_calls(run.pk)
     first = next((c for c in calls if c.status != SuspendedToolCall.Status.OPEN), None)
     if first is None or not mark_executing(first):
@@ -558,7 +562,11 @@ def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     # Sorted here, not by the query: a run has a few calls, and Django compiles the NULLS LAST ordering
     # over a join (and the deciding account's join, which nothing here reads) at a cost the worker
     # paid on every continuation (docs/performance.md, "Decision cycle and topology (third pass)").
-    calls = _calls_with_decisions_and_steps(run_id)
+    return _in_decision_order(_calls_with_decisions_and_steps(run_id)[0])
+
+
+def _in_decision_order(calls: list[SuspendedToolCall]) -> list[SuspendedToolCall]:
+    """The decided calls in the order they were decided, then the others by their place in the step."""
     decided = sorted(
         ((c.decision.decided_at, c.position, c.id, c) for c in calls if c.decision is not None),
         key=lambda entry: entry[:3],
@@ -568,29 +576,62 @@ def waiting_calls(run_id: str) -> list[SuspendedToolCall]:
     )
 
 
-_WAITING: dict[str, str] = {}
+_WAITING: dict[tuple[str, bool], str] = {}
 
 
-def _calls_with_decisions_and_steps(run_id: str) -> list[SuspendedToolCall]:
-    """The run's call records with their decisions and steps (``select_related``'s rows, by SQL written
-    once: every continuation reads them)."""
+def _waiting_sql(mark_first: bool) -> str:
     calls, decisions, steps = (prepared.table(m) for m in (SuspendedToolCall, Decision, RunStep))
-    vendor = prepared.connection().vendor
-    if vendor not in _WAITING:
-        decision_id, step_id, call_run = (f"{calls.name}.{calls.column(n)}" for n in ("decision", "step", "run"))
-        _WAITING[vendor] = (
-            f"SELECT {calls.select}, {decisions.select}, {steps.select} FROM {calls.name} "
-            f"LEFT OUTER JOIN {decisions.name} ON {decisions.name}.{decisions.column('id')} = {decision_id} "
-            f"INNER JOIN {steps.name} ON {steps.name}.{steps.column('id')} = {step_id} WHERE {call_run} = %s"
-        )
-    found = []
+    decision_id, step_id, call_run = (f"{calls.name}.{calls.column(n)}" for n in ("decision", "step", "run"))
+    joins = (
+        f"FROM {calls.name} "
+        f"LEFT OUTER JOIN {decisions.name} ON {decisions.name}.{decisions.column('id')} = {decision_id} "
+    )
+    sql = (
+        f"SELECT {calls.select}, {decisions.select}, {steps.select}"
+        f"{f', {calls.name}.{calls.column("id")} IN (SELECT id FROM marked)' if mark_first else ''} {joins}"
+        f"INNER JOIN {steps.name} ON {steps.name}.{steps.column('id')} = {step_id} WHERE {call_run} = %s"
+    )
+    if not mark_first:
+        return sql
+    # The first call not open, in _in_decision_order's order, marked executing unless it changed
+    # meanwhile (mark_executing's condition). The SELECT reads the rows as they were before the
+    # UPDATE: the marked one still shows its earlier status.
+    status, decided_at = calls.column("status"), f"{decisions.name}.{decisions.column('decided_at')}"
+    first = (
+        f"SELECT {calls.name}.{calls.column('id')} {joins}WHERE {call_run} = %s AND {calls.name}.{status} <> %s "
+        f"ORDER BY {decided_at} IS NULL, {decided_at}, {calls.name}.{calls.column('position')}, "
+        f"{calls.name}.{calls.column('id')} LIMIT 1"
+    )
+    marked = (
+        f"UPDATE {calls.name} SET {status} = %s WHERE {calls.column('id')} = ({first}) "
+        f"AND {status} IN (%s, %s) RETURNING {calls.column('id')}"
+    )
+    return f"WITH marked AS ({marked}) {sql}"
+
+
+def _calls_with_decisions_and_steps(
+    run_id: str, *, mark_first: bool = False
+) -> tuple[list[SuspendedToolCall], int | None]:
+    """The run's call records with their decisions and steps (``select_related``'s rows, by SQL written
+    once: every continuation reads them). ``mark_first`` (PostgreSQL): the same statement marks the
+    first call to carry out executing, as ``mark_executing`` would: its id is returned (None if none)."""
+    calls, decisions, steps = (prepared.table(m) for m in (SuspendedToolCall, Decision, RunStep))
+    key = (prepared.connection().vendor, mark_first)
+    sql = _WAITING.get(key) or _WAITING.setdefault(key, _waiting_sql(mark_first))
+    params: list[Any] = [run_id]
+    if mark_first:
+        carried_out = [SuspendedToolCall.Status.DECIDED, SuspendedToolCall.Status.EXECUTING]
+        params = [SuspendedToolCall.Status.EXECUTING, run_id, SuspendedToolCall.Status.OPEN, *carried_out, run_id]
+    found, marked = [], None
     after_call, after_decision = len(calls.fields), len(calls.fields) + len(decisions.fields)
-    for row in prepared.fetch(_WAITING[vendor], [run_id]):
+    for row in prepared.fetch(sql, params):
         call = calls.instance(row)
         call.decision = decisions.instance(row, after_call) if row[after_call] is not None else None
         call.step = steps.instance(row, after_decision)
+        if mark_first and row[-1]:
+            marked = call.pk
         found.append(call)
-    return found
+    return found, marked
 
 
 def mark_executing(call: SuspendedToolCall) -> bool:
@@ -623,8 +664,12 @@ def create_run(
     parent_run_id: str | None = None,
     parent_tool_call_id: str | None = None,
     started_by: Any = None,
+    lease: tuple[str, datetime] | None = None,
 ) -> Run:
-    """A queued run on its thread (a thread of its own when no memory is given), with its input."""
+    """A queued run on its thread (a thread of its own when no memory is given), with its input.
+
+    ``lease``: (owner, expiry) of a creator that drives the run at once (``lease.create_run_to_drive``):
+    the INSERT starts it and takes its lease, so driving it needs no statement of its own for that."""
     thread_id = thread_id or new_id("thread")
     run = Run(
         agent_id=agent_id,
@@ -637,6 +682,9 @@ def create_run(
         started_by=started_by,
         started_by_username=started_by.get_username() if started_by is not None else None,
     )
+    if lease is not None:
+        run.status, run.started_at = Run.Status.IN_PROGRESS, run.created_at
+        run.lease_owner, run.lease_expires_at = lease
     # The thread created unless it exists.
     thread = prepared.table(Thread).insert_statement(
         [Thread(id=thread_id, resource_id=resource_id)], suffix=" ON CONFLICT DO NOTHING"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pydantic
 
-from agentrun.engine import store
+from agentrun.engine.lease import create_run_to_drive
 from agentrun.engine.loop import Segment, inner_outcome
 from agentrun.engine.runtime import db
 from agentrun.engine.tools import InnerRunSuspended, Tool, ToolContext
@@ -36,7 +36,7 @@ class SubAgentTool(Tool):
         self.agent = agent
 
     async def execute(self, args: dict, ctx: ToolContext) -> Any:
-        run = await db(store.create_run)(
+        run = await db(create_run_to_drive)(
             agent_id=self.agent.id,
             messages=[{"role": "user", "content": args["message"]}],
             thread_id=ctx.thread_id,
@@ -46,7 +46,7 @@ class SubAgentTool(Tool):
             parent_run_id=ctx.run_id,
             parent_tool_call_id=ctx.tool_call_id,
         )
-        await Segment(self.agent, run.id).run()
+        await Segment(self.agent, run.id, created=run).run()
         outcome = await inner_outcome(self.agent, run.id)
         if outcome.status == "suspended":
             assert outcome.waiting is not None

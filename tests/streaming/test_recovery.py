@@ -85,3 +85,29 @@ async def test_a_background_task_left_running_by_a_dead_process_is_recovered(set
             break
         await asyncio.sleep(0.05)
     assert row.status == BackgroundTask.Status.COMPLETED and row.attempts == 2
+
+
+async def test_a_run_whose_driver_died_before_its_first_chunk_is_continued(settings, monkeypatch):
+    """stream() creates the run with its driver's lease: a driver that dies before writing anything
+    leaves a run a sweep takes over once that lease lapses (a run left queued without one was never
+    taken over)."""
+    from agentrun.engine.loop import Segment, SegmentResult
+
+    settings.AGENTRUN_LEASE_SECONDS = 0.5
+    run_segment, died = Segment.run, []
+
+    async def dies_at_once(self: Segment) -> SegmentResult:
+        if not died:  # the first driver: its process is gone before its first statement
+            died.append(self.run_id)
+            return SegmentResult(finish_reason="error")
+        return await run_segment(self)
+
+    monkeypatch.setattr(Segment, "run", dies_at_once)
+    stream = await get_agent("support-agent").stream("Where is my order?", memory={"thread": "rec-died-early"})
+    await stream.collect()
+    assert died == [stream.run_id]
+    assert (await sweep_once())["stalled"] == 0, "its driver's lease still holds"
+    await asyncio.sleep(0.6)
+    assert (await sweep_once())["stalled"] == 1
+    run = await wait_for_status(stream.run_id, Run.Status.COMPLETED)
+    assert run.started_at is not None
