@@ -586,9 +586,9 @@ def _waiting_sql(mark_first: bool) -> str:
         f"FROM {calls.name} "
         f"LEFT OUTER JOIN {decisions.name} ON {decisions.name}.{decisions.column('id')} = {decision_id} "
     )
+    is_marked = f", {calls.name}.{calls.column('id')} IN (SELECT id FROM marked)" if mark_first else ""
     sql = (
-        f"SELECT {calls.select}, {decisions.select}, {steps.select}"
-        f"{f', {calls.name}.{calls.column("id")} IN (SELECT id FROM marked)' if mark_first else ''} {joins}"
+        f"SELECT {calls.select}, {decisions.select}, {steps.select}{is_marked} {joins}"
         f"INNER JOIN {steps.name} ON {steps.name}.{steps.column('id')} = {step_id} WHERE {call_run} = %s"
     )
     if not mark_first:
