@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agentrun.core.models import BackgroundTask, Decision, Run, SuspendedToolCall, ToolEffect
 from agentrun.engine.agents import get_agent
+from agentrun.engine.loop import Segment, SegmentResult
 from agentrun.engine.sweeper import sweep_once
 from agentrun.engine.types import Decider
 from tests.helpers.decisions import record_decision as decide
@@ -91,8 +92,6 @@ async def test_a_run_whose_driver_died_before_its_first_chunk_is_continued(setti
     """stream() creates the run with its driver's lease: a driver that dies before writing anything
     leaves a run a sweep takes over once that lease lapses (a run left queued without one was never
     taken over)."""
-    from agentrun.engine.loop import Segment, SegmentResult
-
     settings.AGENTRUN_LEASE_SECONDS = 0.5
     run_segment, died = Segment.run, []
 
