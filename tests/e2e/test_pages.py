@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import time
 import uuid
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from agentrun.core.models import Decision, SuspendedToolCall
@@ -135,6 +138,51 @@ def test_inbox_rows_say_what_waits_live_with_risk_filters_and_sort(login):
     assert page.evaluate("window.__notReloaded") is True
     page.set_viewport_size({"width": 375, "height": 800})
     no_horizontal_overflow(page)
+
+
+def test_the_last_filter_chosen_wins_even_while_the_previous_answer_settles(login):
+    """A filter chosen while the one before it is still on its way replaces it, also when that one was
+    chosen the moment the answer before it landed: htmx re-wires a swapped-in section when it settles,
+    which forgot the request in flight, so neither request replaced the other and whichever answer came
+    back first stayed on the page (CI saw a row the chosen filter excludes stay on the page)."""
+    tag = uuid.uuid4().hex[:6]
+    suspend("send-email", EMAIL, thread=f"t-mail-{tag}", resource=f"ann-{tag}")
+    suspend("delete-record", {"table": "users", "id": 7}, thread=f"t-del-{tag}", resource=f"bob-{tag}")
+    page = login("rita")
+    wait_live(page)
+    mail_row = page.locator(".thread-row", has=page.get_by_role("link", name=f"t-mail-{tag}"))
+    high_row = page.locator(".thread-row", has=page.get_by_role("link", name=f"t-del-{tag}"))
+    expect(mail_row).to_be_visible()
+
+    # The network as a slow day makes it: "any risk" answers in 0.15 s, the tool filter in 0.4 s.
+    def slow(route) -> None:
+        time.sleep(0.4 if "tool=delete-record" in route.request.url else 0.15)
+        with contextlib.suppress(PlaywrightError):  # the browser gave it up meanwhile (a later filter replaced it)
+            route.continue_()
+
+    page.route(re.compile(r"/approvals/\?.*risk=&"), slow)
+    # The risk filter's answer lands; 10 ms later the reviewer sets the risk back to "any", and 60 ms
+    # after that (that answer is not back) picks a tool instead.
+    page.evaluate(
+        """() => new Promise(done => {
+            const pick = (name, value) => {
+                const select = document.querySelector(`form.filters select[name="${name}"]`);
+                select.value = value;
+                select.dispatchEvent(new Event("change", {bubbles: true}));
+            };
+            document.body.addEventListener("htmx:afterSwap", function first() {
+                document.body.removeEventListener("htmx:afterSwap", first);
+                setTimeout(() => pick("risk", ""), 10);
+                setTimeout(() => { pick("tool", "delete-record"); done(); }, 70);
+            });
+            pick("risk", "high");
+        })"""
+    )
+    expect(page).to_have_url(re.compile(r"tool=delete-record"))
+    page.wait_for_timeout(1_000)  # both answers are back (or the first was replaced)
+    expect(mail_row).to_have_count(0)
+    expect(high_row).to_be_visible()
+    expect(page.get_by_label("Tool")).to_have_value("delete-record")
 
 
 def test_run_page_shows_what_an_edited_call_ran_with(login):
