@@ -22,7 +22,9 @@ from django.db.models import (
     OuterRef,
     Q,
     QuerySet,
+    Window,
 )
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from agentrun.core import claims
@@ -159,7 +161,8 @@ def inbox_page(*, newest_first: bool = False, page: int = 1, per_page: int | Non
     calls (tool, arguments, risk, agent, resource). Oldest wait first, or most recent call first; ties
     by thread id, so pages neither overlap nor skip.
 
-    Four queries whatever the number of rows: the totals, the page's grouped rows, their calls, and the
+    Five queries whatever the number of rows or of calls a thread holds: the totals with the page's
+    grouped rows, the first few calls of each (ids), those calls, the agents' words before them and the
     inner calls of sub-agent calls among them (``open_call_views``).
     """
     per_page = per_page or INBOX_MAX_ROWS
@@ -184,11 +187,19 @@ def inbox_page(*, newest_first: bool = False, page: int = 1, per_page: int | Non
         for g in found
     }
     if rows:
-        members = calls.filter(run__thread_id__in=list(rows)).select_related(*claims.RELATED)
-        for view in open_call_views(list(members.order_by("created_at", "run_id", "position", "id"))):
-            row = rows[view.call.run.thread_id]
-            if len(row.calls) < INBOX_CALLS_PER_ROW:
-                row.calls.append(view)
+        # The first few calls of each listed thread, chosen in SQL on narrow rows (a thread may hold
+        # thousands of waiting calls); then only those are read whole.
+        order = [F("created_at"), F("run_id"), F("position"), F("id")]
+        first_few = (
+            calls.filter(run__thread_id__in=list(rows))
+            .annotate(place=Window(RowNumber(), partition_by=F("run__thread_id"), order_by=order))
+            .filter(place__lte=INBOX_CALLS_PER_ROW)
+            .values_list("id", flat=True)
+        )
+        # By their ids (not as a subquery: the planner cannot see the window's cut and joined every call).
+        members = SuspendedToolCall.objects.filter(id__in=list(first_few)).select_related(*claims.RELATED)
+        for view in open_call_views(list(members.order_by(*order))):
+            rows[view.call.run.thread_id].calls.append(view)
     return InboxPage(
         rows=list(rows.values()),
         number=number,
@@ -227,11 +238,17 @@ def _grouped_page(grouped: QuerySet, *, newest_first: bool, number: int, per_pag
     return found, fetched[0][4], int(fetched[0][5])
 
 
-def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset()) -> dict[str, list]:
-    """The filter menus (agents, resources, tools among waiting calls; one query) and the runs waiting
-    per registered agent the reader may see, for the chosen resource: the listing's exact totals, from
-    the snapshot counters (``agentrun.core.selectors.waiting_runs_by_agent``: one query, whatever the number
-    of runs). The tool and risk filters narrow the rows, not these counts."""
+def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset(), menus: bool = True) -> dict[str, list]:
+    """The filter menus (agents, resources, tools among waiting calls; two queries, each a scan of the
+    waiting calls) and the runs waiting per registered agent the reader may see, for the chosen
+    resource: the listing's exact totals, from the snapshot counters
+    (``agentrun.core.selectors.waiting_runs_by_agent``: one query, whatever the number of runs). The tool
+    and risk filters narrow the rows, not these counts. ``menus=False``: the counts only (the inbox's
+    live refresh and its filters swap the rows and counts, never the menus)."""
+    visible = [a.id for a in all_agents() if a.id not in hidden]
+    counts = [{"agent_id": a, "waiting": n} for a, n in waiting_runs_by_agent(visible, resource_id=resource_id).items()]
+    if not menus:
+        return {"agents": [], "resources": [], "tools": [], "agent_counts": counts}
     open_calls = inbox_open_calls(hidden=hidden)
     # The tool a sub-agent's call would run is the inner call's: looked up for those calls only (a
     # correlated subquery on every waiting call cost more than the rest of the page).
@@ -254,15 +271,7 @@ def inbox_facets(*, resource_id: str = "", hidden: frozenset[str] = frozenset())
             resources.add(resource)
         if not surfaced:
             tools.add(tool)
-    visible = [a.id for a in all_agents() if a.id not in hidden]
-    return {
-        "agents": sorted(agents),
-        "resources": sorted(resources),
-        "tools": sorted(tools),
-        "agent_counts": [
-            {"agent_id": a, "waiting": n} for a, n in waiting_runs_by_agent(visible, resource_id=resource_id).items()
-        ],
-    }
+    return {"agents": sorted(agents), "resources": sorted(resources), "tools": sorted(tools), "agent_counts": counts}
 
 
 @dataclass
@@ -431,13 +440,15 @@ def _reasons(calls: list[SuspendedToolCall], inner: dict[tuple[str, str], Suspen
         .order_by("created_at", "id")
         .values_list("run_id", "content", "tool_calls", "created_at")
     )
-    said = list(said)
+    by_run: dict[str, list[tuple[str, Any, Any]]] = {}
+    for run_id, content, tool_calls, created_at in said:
+        by_run.setdefault(run_id, []).append((content, tool_calls, created_at))
     reasons: dict[str, str] = {}
     for c in [*calls, *inner.values()]:
         best = ""
-        for run_id, content, tool_calls, created_at in said:
-            if run_id != c.run_id or created_at > c.created_at:
-                continue
+        for content, tool_calls, created_at in by_run.get(c.run_id, ()):
+            if created_at > c.created_at:
+                break  # in time order: nothing later explains this call
             best = content
             if any(isinstance(t, dict) and t.get("id") == c.tool_call_id for t in tool_calls or []):
                 break

@@ -105,7 +105,8 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         "filters": filters,
         "sort": sort,
         "mine": mine,
-        "choices": selectors.inbox_facets(resource_id=filters["resource_id"], hidden=hidden),
+        # An htmx request swaps the rows only (filters, pages, the live refresh): no menus to build.
+        "choices": selectors.inbox_facets(resource_id=filters["resource_id"], hidden=hidden, menus=not request.htmx),
         "risks": SuspendedToolCall.Risk.choices,
         "query": request.GET.urlencode(),
         "page_query": query.urlencode(),  # the filters and sort, for the other pages' links

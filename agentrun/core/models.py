@@ -472,6 +472,14 @@ class SuspendedToolCall(models.Model):
             models.Index(
                 fields=["run"], name="suspended_call_decided", condition=Q(status__in=["decided", "executing"])
             ),
+            # Serves "surfaced by a supervisor" (approvals.selectors): every inbox and thread read leaves out
+            # the sub-agent calls a supervisor's open call surfaces; only those supervisors' calls are here,
+            # so the check costs the sub-agent calls waiting, not every call (it scanned them all).
+            models.Index(
+                fields=["inner_run_id", "inner_tool_call_id"],
+                name="suspended_call_surfacing",
+                condition=Q(status="open", inner_run_id__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

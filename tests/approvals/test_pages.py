@@ -149,6 +149,25 @@ def test_inbox_rows_say_what_waits_in_a_fixed_number_of_queries(reviewer, django
     assert agent_counts(page) == {"support-agent": 6, "support-supervisor": 1, "billing-agent": 1}
 
 
+def test_a_busy_threads_row_names_its_oldest_calls_and_counts_the_rest(reviewer):
+    """A row shows the first five calls of its thread, oldest first, and "and N more" (chosen in SQL,
+    per thread: a thread may hold thousands of waiting calls)."""
+    from approvals.selectors import INBOX_CALLS_PER_ROW
+
+    client, _ = reviewer
+    subjects = [f"Order {i}" for i in range(INBOX_CALLS_PER_ROW + 2)]
+    for subject in subjects:
+        suspend("send-email", dict(EMAIL, subject=subject), thread="t-busy", resource="busy")
+    suspend("send-email", dict(EMAIL, subject="Elsewhere"), thread="t-quiet", resource="quiet")
+    page = client.get(reverse("approvals:inbox")).content.decode()
+    row = re.search(r'data-thread-id="t-busy">.*?</li>\s*</ul>', page, re.S).group(0)
+    shown = re.findall(r"subject=(Order \d+)", row)
+    assert shown == subjects[:INBOX_CALLS_PER_ROW]
+    assert "and 2 more" in row
+    quiet = re.search(r'data-thread-id="t-quiet">.*?</li>\s*</ul>', page, re.S).group(0)
+    assert "subject=Elsewhere" in quiet and "more</li>" not in quiet
+
+
 def test_inbox_sorts_and_filters_by_agent_tool_risk_and_resource(reviewer):
     client, _ = reviewer
     suspend("send-email", EMAIL, thread="t-first", resource="r-1")

@@ -106,8 +106,9 @@ def test_inbox_lists_threads_oldest_first_with_filters(reviewer, django_assert_m
     suspend("send-email", EMAIL, thread="t-old", resource="r-1")
     suspend("delete-record", {"table": "users", "id": 7}, thread="t-new", resource="r-2")
     suspend("send-email", EMAIL, thread="t-new", resource="r-2")
-    # Session, user, 2 permissions, rows, calls, reasons, filter menus, counts per agent (from counters).
-    with django_assert_max_num_queries(9):
+    # Session, user, 2 permissions, rows, the first calls of each (ids), those calls, reasons, filter menus,
+    # counts per agent (from counters).
+    with django_assert_max_num_queries(10):
         html = client.get(reverse("approvals:inbox")).content.decode()
     assert html.index("t-old") < html.index("t-new")
     assert "2 open calls" in html
@@ -123,6 +124,26 @@ def test_htmx_request_gets_the_partial(reviewer):
     html = response.content.decode()
     assert html.lstrip().startswith('<section id="threads"') and "<html" not in html
     assert "HX-Request" in response["Vary"]
+
+
+def test_the_live_refresh_reads_rows_and_counts_not_the_menus(reviewer):
+    """Every open inbox re-fetches its rows on each live message: the filter menus (a scan of every
+    waiting call, which it does not show) are read only for the whole page."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client, _ = reviewer
+    suspend("send-email", EMAIL, thread="t-live", resource="r-live")
+    client.get(reverse("approvals:inbox"))
+    with CaptureQueriesContext(connection) as whole:
+        page = client.get(reverse("approvals:inbox")).content.decode()
+    with CaptureQueriesContext(connection) as partial:
+        rows = client.get(reverse("approvals:inbox"), headers={"HX-Request": "true"}).content.decode()
+    assert '<option value="r-live">' in page and 'data-thread-id="t-live"' in rows
+    assert 'data-agent-id="support-agent"' in rows  # the counts per agent are in the rows' section
+    menu_reads = [q["sql"] for q in whole.captured_queries if "DISTINCT" in q["sql"]]
+    assert menu_reads and not [q["sql"] for q in partial.captured_queries if "DISTINCT" in q["sql"]]
+    assert len(partial.captured_queries) == len(whole.captured_queries) - len(menu_reads)
 
 
 # --- decisions ---------------------------------------------------------------------------------
