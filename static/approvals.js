@@ -725,10 +725,15 @@
     if (fresh) { target.appendChild(fresh); htmx.process(fresh); }
   });
 
-  /* --- the inbox's live refresh: rows that were not there before are marked new --- */
+  /* --- the inbox's live refresh: rows that were not there before are marked new. Only after the
+     section's own refresh or the re-sync after an outage (htmx.ajax, from the body): the rows a filter
+     or another page brings did not just arrive. (detail.elt is the target here; requestConfig.elt
+     is the element that asked.) --- */
   var rowsBefore = null;
   document.addEventListener("htmx:beforeSwap", function (event) {
-    if (event.detail.target && event.detail.target.id === "threads") {
+    var target = event.detail.target;
+    var asker = event.detail.requestConfig && event.detail.requestConfig.elt;
+    if (target && target.id === "threads" && (asker === target || asker === document.body)) {
       rowsBefore = new Set(Array.from(document.querySelectorAll("#threads .thread-row")).map(function (r) { return r.dataset.threadId; }));
     }
   });

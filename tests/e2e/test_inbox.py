@@ -67,6 +67,8 @@ def test_250_waiting_threads_page_with_counts_and_the_feed_keeps_the_sort(login)
         assert second == threads[200:]
         assert "page=2" in page.url and f"resource={resource}" in page.url
         expect(page.get_by_role("link", name="Next threads →")).to_have_count(0)
+        # Rows a page or a filter brings are not news: "new" is for what arrived while the page was open.
+        expect(page.locator("#threads .thread-row.is-new")).to_have_count(0)
 
         # A new thread sorts last (oldest first): it appears live on this, the last page, marked new,
         # and every count says so.
