@@ -545,7 +545,8 @@
   // The inbox's inline decline answers with a card only when something is wrong (the arguments changed,
   // a refusal): show that on the call's own card, not squeezed into a list row.
   document.addEventListener("htmx:beforeSwap", function (event) {
-    var form = event.detail.elt.closest && event.detail.elt.closest(".row-decide");
+    var asker = event.detail.requestConfig && event.detail.requestConfig.elt; // (detail.elt is the target)
+    var form = asker && asker.closest && asker.closest(".row-decide");
     if (form && event.detail.xhr.status !== 200 && /data-tool-call-id=/.test(event.detail.serverResponse || "")) {
       event.detail.shouldSwap = false;
       location.href = form.closest(ROW).dataset.cardUrl;

@@ -144,6 +144,28 @@ def test_inbox_keys_move_open_and_decline_with_a_reason(login, suspend):
         cancel_waiting(resource)
 
 
+def test_a_row_approved_on_arguments_that_changed_opens_the_calls_card(login, suspend):
+    """A row shows arguments that have changed since (a stale page's fingerprint): approving from the row
+    decides nothing and takes the reviewer to the call's card with the arguments as they are now, not
+    a card squeezed into the list row."""
+    resource = unique("stale")
+    thread = unique("t-stale")
+    run_id, call_id = suspend("send-email", EMAIL, thread=thread, resource=resource)
+    try:
+        page = login("rita")
+        page.goto(f"/approvals/?resource={resource}")
+        wait_live(page)
+        row = page.locator(f'.row-call[data-tool-call-ref="{call_id}"]')
+        row.evaluate("r => { r.dataset.fingerprint = '0'.repeat(64); }")
+        row.focus()
+        page.keyboard.press("a")
+        expect(page).to_have_url(re.compile(r"/approvals/threads/"))
+        expect(call_card(page, call_id)).to_contain_text("ann@example.com")
+        assert not Decision.objects.filter(run_id=run_id).exists()
+    finally:
+        cancel_waiting(resource)
+
+
 def test_text_typed_in_a_card_survives_a_live_update(login, suspend):
     """A reviewer is typing a reason when the call is decided elsewhere and another call arrives: the card
     and its text stay, marked "changed meanwhile"; deciding on it then says who decided first."""
