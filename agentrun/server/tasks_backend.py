@@ -23,7 +23,7 @@ import threading
 import time
 from inspect import iscoroutinefunction
 from traceback import format_exception
-from typing import Any
+from typing import Any, ClassVar
 
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
@@ -52,11 +52,12 @@ class InProcessBackend(BaseTaskBackend):
     supports_async_task = True
     supports_defer = True
 
-    def __init__(self, alias: str, params: dict) -> None:
-        super().__init__(alias, params)
-        # Tasks started and not finished (those waiting for their run_after aside): id -> (queue, loop).
-        self._busy: dict[str, tuple[str, asyncio.AbstractEventLoop | None]] = {}
-        self._lock = threading.Lock()
+    # Tasks started and not finished (those waiting for their run_after aside): id -> (queue, loop). One
+    # registry for the process: Django makes a backend per thread (``task_backends`` is thread-local),
+    # and a task started in one thread (a request's, the engine's database thread) must count in
+    # ``wait_idle`` called from any other.
+    _busy: ClassVar[dict[str, tuple[str, asyncio.AbstractEventLoop | None]]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def enqueue(self, task, args, kwargs):  # noqa: ANN001, ANN201 - the framework's signature
         self.validate_task(task)
