@@ -544,9 +544,12 @@
   });
   // The inbox's inline decline answers with a card only when something is wrong (the arguments changed,
   // a refusal): show that on the call's own card, not squeezed into a list row.
+  // The element whose request htmx answers (on htmx:beforeSwap, detail.elt is the target, not the asker).
+  function asker(event) { return event.detail.requestConfig && event.detail.requestConfig.elt; }
+
   document.addEventListener("htmx:beforeSwap", function (event) {
-    var asker = event.detail.requestConfig && event.detail.requestConfig.elt; // (detail.elt is the target)
-    var form = asker && asker.closest && asker.closest(".row-decide");
+    var from = asker(event);
+    var form = from && from.closest && from.closest(".row-decide");
     if (form && event.detail.xhr.status !== 200 && /data-tool-call-id=/.test(event.detail.serverResponse || "")) {
       event.detail.shouldSwap = false;
       location.href = form.closest(ROW).dataset.cardUrl;
@@ -728,13 +731,12 @@
 
   /* --- the inbox's live refresh: rows that were not there before are marked new. Only after the
      section's own refresh or the re-sync after an outage (htmx.ajax, from the body): the rows a filter
-     or another page brings did not just arrive. (detail.elt is the target here; requestConfig.elt
-     is the element that asked.) --- */
+     or another page brings did not just arrive. --- */
   var rowsBefore = null;
   document.addEventListener("htmx:beforeSwap", function (event) {
     var target = event.detail.target;
-    var asker = event.detail.requestConfig && event.detail.requestConfig.elt;
-    if (target && target.id === "threads" && (asker === target || asker === document.body)) {
+    var from = asker(event);
+    if (target && target.id === "threads" && (from === target || from === document.body)) {
       rowsBefore = new Set(Array.from(document.querySelectorAll("#threads .thread-row")).map(function (r) { return r.dataset.threadId; }));
     }
   });
